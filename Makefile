@@ -1,0 +1,51 @@
+# TaskForge: `make run` serves the whole stack, `make test` runs the suite.
+# Both use DATABASE_URL / REDIS_URL when set, embedded servers otherwise.
+
+SHELL := /bin/bash
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-$(shell cat requirements.txt requirements-dev.txt | sha1sum | cut -c1-12)
+# Django 6 needs Python 3.12+: take the first suitable interpreter on this machine.
+PYTHON_312 := $(shell for c in python3.13 python3.12 python3 \
+	$$(command -v pyenv >/dev/null && ls -d $$(pyenv root)/versions/3.1[2-9]*/bin/python3 2>/dev/null); do \
+	command -v $$c >/dev/null 2>&1 && $$c -c 'import sys; sys.exit(sys.version_info < (3, 12))' 2>/dev/null \
+	&& { command -v $$c; break; }; done)
+# Tests never need a real secret; production refuses to start without one.
+TEST_ENV := DJANGO_SECRET_KEY=$${DJANGO_SECRET_KEY:-test-only-not-secret}
+# Run a command with embedded Postgres/Redis unless both URLs are given.
+WITH_SERVICES := $(if $(and $(DATABASE_URL),$(REDIS_URL)),,$(PY) -m taskforge.embedded --)
+
+.PHONY: venv run test test-browser lint format test-faults bench fuzz clean
+
+venv: $(STAMP)
+
+$(STAMP): requirements.txt requirements-dev.txt
+	@test -n "$(PYTHON_312)" || { echo "TaskForge needs Python 3.12 or newer (python3.12 on PATH, or pyenv install 3.12)." >&2; exit 1; }
+	@test -x $(PY) || $(PYTHON_312) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -r requirements.txt -r requirements-dev.txt
+	@rm -f $(VENV)/.installed-*; touch $@
+
+run: venv
+	$(PY) -m taskforge.devstack
+
+test: venv
+	$(TEST_ENV) $(WITH_SERVICES) $(PY) -m pytest -m "not browser" -n 2 --dist loadgroup $(PYTEST_ARGS)
+	@$(MAKE) --no-print-directory test-browser
+
+# Playwright's event loop upsets later asyncio tests: browser tests run alone.
+test-browser: venv
+	@if ls tests/dashboard/test_browser*.py >/dev/null 2>&1; then \
+		$(TEST_ENV) DJANGO_ALLOW_ASYNC_UNSAFE=true $(WITH_SERVICES) $(PY) -m pytest -m browser -p no:xdist $(PYTEST_ARGS); \
+	fi
+
+lint: venv
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
+
+format: venv
+	$(PY) -m ruff format .
+	$(PY) -m ruff check --fix .
+
+clean:
+	rm -rf $(VENV) staticfiles

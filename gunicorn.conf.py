@@ -1,0 +1,16 @@
+"""How every TaskForge API process is served (make run, Docker, Kubernetes).
+
+One ASGI app serves the API, the admin, /metrics and the SSE stream; sync
+views run in threads, and long polls and streams do not pin a worker.
+"""
+
+import os
+
+bind = f"{os.environ.get('HOST', '0.0.0.0')}:{os.environ.get('PORT', '8080')}"
+workers = int(os.environ.get("WEB_CONCURRENCY", "2"))
+worker_class = "uvicorn_worker.UvicornWorker"
+graceful_timeout = 10
+timeout = 60
+keepalive = 30
+control_socket_disable = True
+accesslog = None  # TaskForge logs each request itself, as JSON, with its request id

@@ -1,0 +1,87 @@
+"""Bearer API keys: creation, lookup and the role check.
+
+Raw keys are shown once and stored only as a SHA-256 hash. A key is random
+(256 bits), so a fast hash is the right tool: there is nothing to brute-force.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+from typing import Any
+
+from django.db import IntegrityError
+from django.utils import timezone
+from rest_framework import exceptions
+from rest_framework.authentication import BaseAuthentication
+from rest_framework.permissions import BasePermission
+from rest_framework.request import Request
+
+from queues.models import ApiKey
+
+KEY_PREFIX = "tf_"
+Role = ApiKey.Role
+
+
+def hash_key(raw: str) -> str:
+    return hashlib.sha256(raw.encode()).hexdigest()
+
+
+def new_raw_key() -> str:
+    return KEY_PREFIX + secrets.token_urlsafe(32)
+
+
+def create_key(name: str, role: str, raw: str | None = None) -> tuple[ApiKey, str]:
+    """Create a key (random unless ``raw`` is given); return it with the raw secret."""
+    raw = raw or new_raw_key()
+    if len(raw) < 32:
+        raise ValueError("an API key must be at least 32 characters")
+    try:
+        key = ApiKey.objects.create(name=name, role=role, prefix=raw[:10], key_hash=hash_key(raw))
+    except IntegrityError:
+        raise ValueError(f"an API key named {name!r} already exists") from None
+    return key, raw
+
+
+def revoke_key(name: str) -> bool:
+    return bool(ApiKey.objects.filter(name=name, revoked_at__isnull=True).update(revoked_at=timezone.now()))
+
+
+class ApiKeyAuthentication(BaseAuthentication):
+    def authenticate(self, request: Request) -> tuple[ApiKey, str] | None:
+        header = request.META.get("HTTP_AUTHORIZATION", "")
+        if not header:
+            return None
+        scheme, _, raw = header.partition(" ")
+        raw = raw.strip()
+        if scheme.lower() != "bearer" or not raw:
+            raise exceptions.AuthenticationFailed("use Authorization: Bearer <api key>")
+        digest = hash_key(raw)
+        key = ApiKey.objects.filter(key_hash=digest, revoked_at__isnull=True).first()
+        if key is None or not hmac.compare_digest(key.key_hash, digest):
+            raise exceptions.AuthenticationFailed("unknown or revoked API key")
+        return key, raw
+
+    def authenticate_header(self, request: Request) -> str:
+        return 'Bearer realm="taskforge"'
+
+
+class HasRole(BasePermission):
+    """Views declare ``roles = {"GET": "producer", ...}``; admin may do everything.
+
+    A method the view does not declare passes here so that it is answered 405
+    (after 401 and 403, as the contract orders them).
+    """
+
+    def has_permission(self, request: Request, view: Any) -> bool:
+        key = request.user
+        if not isinstance(key, ApiKey):
+            raise exceptions.NotAuthenticated("an API key is required (Authorization: Bearer <key>)")
+        roles: dict[str, str] = getattr(view, "roles", {})
+        needed = roles.get(request.method or "")
+        if needed is None and request.method == "HEAD":
+            needed = roles.get("GET")
+        if needed is None or key.role == Role.ADMIN or key.role == needed:
+            return True
+        raise exceptions.PermissionDenied(f"this endpoint needs the {needed} role; this key is {key.role}")

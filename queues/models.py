@@ -1,0 +1,261 @@
+"""Queues, tasks, their history and the dead-letter queue.
+
+Nothing here writes ``Task.status``: every move goes through
+``queues.lifecycle``. The allowed edges are listed next to the states so the
+state machine is written down once.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from django.conf import settings
+from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator
+from django.db import models
+from django.db.models import Q
+
+
+def _default_retry_base_ms() -> int:
+    return settings.TASKFORGE_RETRY_BASE_MS
+
+
+def _default_retry_max_delay_ms() -> int:
+    return settings.TASKFORGE_RETRY_MAX_DELAY_MS
+
+
+queue_name_validator = RegexValidator(r"^[A-Za-z0-9_-]{1,64}$", "Queue names are 1-64 letters, digits, '-' or '_'.")
+
+
+class Queue(models.Model):
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    name = models.CharField(max_length=64, unique=True, validators=[queue_name_validator])
+    max_retries = models.PositiveSmallIntegerField(default=3, validators=[MaxValueValidator(25)])
+    rate_limit = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(1), MaxValueValidator(100_000)],
+        help_text="Tasks dispatched per second; empty means unlimited.",
+    )
+    rate_burst = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(1), MaxValueValidator(100_000)],
+        help_text="Token bucket size; empty means equal to the rate limit.",
+    )
+    paused = models.BooleanField(default=False)
+    retry_base_ms = models.PositiveIntegerField(
+        default=_default_retry_base_ms, validators=[MinValueValidator(1), MaxValueValidator(3_600_000)]
+    )
+    retry_max_delay_ms = models.BigIntegerField(
+        default=_default_retry_max_delay_ms,
+        validators=[MinValueValidator(1), MaxValueValidator(30 * 86_400_000)],
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        db_table = "tf_queue"
+        ordering = ["name"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(retry_max_delay_ms__gte=models.F("retry_base_ms")),
+                name="tf_queue_max_delay_gte_base",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def effective_burst(self) -> int | None:
+        if self.rate_limit is None:
+            return None
+        return self.rate_burst or self.rate_limit
+
+
+class Status(models.TextChoices):
+    # pending: waiting to be claimed (scheduled_at may lie in the future).
+    #   In: enqueue, promote (from retry), replay (from dead). Out: claim, cancel/purge.
+    PENDING = "pending"
+    # claimed: leased to a worker that has not sent a heartbeat yet.
+    CLAIMED = "claimed"
+    # executing: the worker's first heartbeat arrived. Out: ack, nack, expiry.
+    EXECUTING = "executing"
+    # done: acked. Terminal; pruned after the retention period.
+    DONE = "done"
+    # retry: a failed attempt with attempts left; the scheduler promotes it at scheduled_at.
+    RETRY = "retry"
+    # dead: out of attempts (or nacked with retry=false); listed in the DLQ until replayed.
+    DEAD = "dead"
+    # cancelled: by a producer or a purge. Terminal; pruned like done.
+    CANCELLED = "cancelled"
+
+
+ALLOWED_TRANSITIONS: dict[str, set[str]] = {
+    Status.PENDING: {Status.CLAIMED, Status.CANCELLED},
+    Status.CLAIMED: {Status.EXECUTING, Status.DONE, Status.RETRY, Status.DEAD},
+    Status.EXECUTING: {Status.DONE, Status.RETRY, Status.DEAD},
+    Status.RETRY: {Status.PENDING, Status.CANCELLED},
+    Status.DEAD: {Status.PENDING},
+    Status.DONE: set(),
+    Status.CANCELLED: set(),
+}
+LEASED = (Status.CLAIMED, Status.EXECUTING)
+FINISHED = (Status.DONE, Status.CANCELLED)
+
+
+class Task(models.Model):
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    # db_constraint on: a queue is only deleted after its tasks (see lifecycle.delete_queue).
+    queue = models.ForeignKey(Queue, on_delete=models.PROTECT, related_name="tasks", db_index=False)
+    payload = models.JSONField()
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.PENDING)
+    priority = models.PositiveSmallIntegerField(default=5)
+    scheduled_at = models.DateTimeField()
+    created_at = models.DateTimeField()
+    updated_at = models.DateTimeField()
+    # When the task entered its current status: gives duration_ms in transition logs.
+    status_changed_at = models.DateTimeField()
+    claimed_at = models.DateTimeField(null=True, blank=True)
+    claimed_by = models.CharField(max_length=200, null=True, blank=True)
+    heartbeat_at = models.DateTimeField(null=True, blank=True)
+    lease_token = models.CharField(max_length=64, null=True, blank=True)
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+    attempts = models.PositiveSmallIntegerField(default=0)
+    max_retries = models.PositiveSmallIntegerField(default=3)
+    last_error = models.TextField(null=True, blank=True)
+    result = models.JSONField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    idempotency_key = models.CharField(max_length=255, null=True, blank=True)
+    # sha256 of the enqueue body, so a reused idempotency key with another body is a 409.
+    request_fingerprint = models.CharField(max_length=64, null=True, blank=True, editable=False)
+
+    class Meta:
+        db_table = "tf_task"
+        constraints = [
+            models.CheckConstraint(condition=Q(status__in=Status.values), name="tf_task_status_valid"),
+            models.CheckConstraint(condition=Q(priority__gte=1, priority__lte=10), name="tf_task_priority_range"),
+            models.UniqueConstraint(
+                fields=["queue", "idempotency_key"],
+                condition=Q(idempotency_key__isnull=False),
+                name="tf_task_idempotency_key_per_queue",
+            ),
+        ]
+        indexes = [
+            # The claim path: only pending rows are in it, so millions of
+            # finished tasks never slow a claim down.
+            models.Index(
+                fields=["queue", "priority", "scheduled_at"],
+                condition=Q(status="pending"),
+                name="tf_task_ready",
+            ),
+            # The PRD's general index: depth by status, filtered listings.
+            models.Index(fields=["queue", "status", "priority", "scheduled_at"], name="tf_task_queue_status"),
+            # The watchdog's scan for expired leases.
+            models.Index(
+                fields=["lease_expires_at"],
+                condition=Q(status__in=["claimed", "executing"]),
+                name="tf_task_leased",
+            ),
+            # The scheduler's scan for due retries.
+            models.Index(fields=["scheduled_at"], condition=Q(status="retry"), name="tf_task_retry_due"),
+            # Retention pruning and completion rates.
+            models.Index(
+                fields=["finished_at"],
+                condition=Q(status__in=["done", "cancelled"]),
+                name="tf_task_finished",
+            ),
+            # Task listing, newest first, per queue.
+            models.Index(fields=["queue", "-created_at", "-id"], name="tf_task_listing"),
+            models.Index(
+                fields=["claimed_by"],
+                condition=Q(status__in=["claimed", "executing"]),
+                name="tf_task_held_by",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.id} ({self.status})"
+
+
+class TaskEvent(models.Model):
+    """One status transition (kind ``transition``) or heartbeat of a task."""
+
+    class Kind(models.TextChoices):
+        TRANSITION = "transition"
+        HEARTBEAT = "heartbeat"
+
+    id = models.BigAutoField(primary_key=True)
+    # No database FK: events are written in the same statement as the move and
+    # deleted explicitly with their task (pruning works in raw batches).
+    task = models.ForeignKey(
+        Task, on_delete=models.DO_NOTHING, db_constraint=False, related_name="events", db_index=False
+    )
+    queue = models.ForeignKey(Queue, on_delete=models.DO_NOTHING, db_constraint=False, related_name="+", db_index=False)
+    kind = models.CharField(max_length=16, choices=Kind.choices, default=Kind.TRANSITION)
+    at = models.DateTimeField()
+    from_status = models.CharField(max_length=16, null=True, blank=True)
+    to_status = models.CharField(max_length=16)
+    worker_id = models.CharField(max_length=200, null=True, blank=True)
+    detail = models.TextField(null=True, blank=True)
+
+    class Meta:
+        db_table = "tf_task_event"
+        indexes = [
+            models.Index(fields=["task", "at"], name="tf_event_task"),
+            # Rates over the last minute (stats, dashboard).
+            models.Index(fields=["queue", "at"], name="tf_event_queue_at"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.task_id}: {self.from_status} -> {self.to_status}"
+
+
+class DeadLetterTask(models.Model):
+    """The DLQ entry of a task that died; its id is the task's id."""
+
+    task = models.OneToOneField(
+        Task, on_delete=models.DO_NOTHING, primary_key=True, db_column="id", related_name="dead_letter"
+    )
+    queue = models.ForeignKey(Queue, on_delete=models.DO_NOTHING, related_name="dead_letters", db_index=False)
+    payload = models.JSONField()
+    last_error = models.TextField(null=True, blank=True)
+    attempts = models.PositiveSmallIntegerField()
+    died_at = models.DateTimeField()
+    replayed_at = models.DateTimeField(null=True, blank=True)
+    replay_count = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        db_table = "tf_dead_letter"
+        verbose_name = "dead-letter entry"
+        verbose_name_plural = "dead-letter queue"
+        indexes = [models.Index(fields=["queue", "-died_at"], name="tf_dlq_queue_died")]
+
+    def __str__(self) -> str:
+        return str(self.task_id)
+
+
+class ApiKey(models.Model):
+    class Role(models.TextChoices):
+        ADMIN = "admin"
+        PRODUCER = "producer"
+        WORKER = "worker"
+
+    name = models.CharField(max_length=100, unique=True)
+    # The first characters of the raw key, shown so operators can tell keys apart.
+    prefix = models.CharField(max_length=16, editable=False)
+    key_hash = models.CharField(max_length=64, unique=True, editable=False)
+    role = models.CharField(max_length=16, choices=Role.choices)
+    created_at = models.DateTimeField(auto_now_add=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        db_table = "tf_api_key"
+        verbose_name = "API key"
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.role})"
+
+    @property
+    def is_active(self) -> bool:
+        return self.revoked_at is None

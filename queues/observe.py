@@ -1,0 +1,62 @@
+"""What the world learns of each transition: one JSON log line and metrics.
+
+Called by ``queues.lifecycle`` after the commit, from whichever process made
+the move (API, scheduler, watchdog), so logs and counters never report a move
+that was rolled back.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from typing import Any
+
+from queues.models import Queue
+
+logger = logging.getLogger("taskforge.transitions")
+
+# Queue names never change (the API refuses renames), so this cache is never stale;
+# a deleted queue's id is never reused.
+_queue_names: dict[uuid.UUID, str] = {}
+
+
+def queue_name(queue_id: uuid.UUID) -> str:
+    name = _queue_names.get(queue_id)
+    if name is None:
+        name = Queue.objects.filter(pk=queue_id).values_list("name", flat=True).first() or str(queue_id)
+        _queue_names[queue_id] = name
+    return name
+
+
+def transitions(rows: list[dict[str, Any]]) -> None:
+    from queues import metrics  # imported late: metrics import settings-dependent clients
+
+    for row in rows:
+        queue = queue_name(row["queue_id"])
+        duration_ms = round(float(row["duration_ms"] or 0.0), 3)
+        logger.info(
+            "task %s %s -> %s",
+            row["id"],
+            row["from_status"],
+            row["status"],
+            extra={
+                "event": "task.transition",
+                "task_id": str(row["id"]),
+                "queue": queue,
+                "worker_id": row.get("event_worker"),
+                "from_status": row["from_status"],
+                "to_status": row["status"],
+                "duration_ms": duration_ms,
+                "attempts": row["attempts"],
+            },
+        )
+    metrics.record_transitions(rows, queue_name)
+
+
+def discarded(queue: Queue, count: int) -> None:
+    if count:
+        logger.info(
+            "discarded %d dead task(s)",
+            count,
+            extra={"event": "task.discarded", "queue": queue.name, "count": count},
+        )

@@ -1,0 +1,76 @@
+"""Output shapes: the contract's queue, task, history and DLQ objects.
+
+Plain functions over rows (dicts) so the hot endpoints skip ModelSerializer.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from queues.models import DeadLetterTask, Queue
+
+TASK_FIELDS = (
+    "id",
+    "payload",
+    "status",
+    "priority",
+    "scheduled_at",
+    "created_at",
+    "updated_at",
+    "claimed_at",
+    "claimed_by",
+    "heartbeat_at",
+    "attempts",
+    "max_retries",
+    "last_error",
+    "result",
+    "finished_at",
+    "idempotency_key",
+)
+
+
+def task(row: dict[str, Any], queue_name: str, *, with_lease: bool = False) -> dict[str, Any]:
+    body = {"id": row["id"], "queue": queue_name}
+    for name in TASK_FIELDS[1:]:
+        body[name] = row[name]
+    if with_lease:
+        body["lease_token"] = row["lease_token"]
+        body["lease_expires_at"] = row["lease_expires_at"]
+    return body
+
+
+def queue(q: Queue) -> dict[str, Any]:
+    return {
+        "name": q.name,
+        "max_retries": q.max_retries,
+        "rate_limit": q.rate_limit,
+        "rate_burst": q.rate_burst,
+        "paused": q.paused,
+        "retry_base_ms": q.retry_base_ms,
+        "retry_max_delay_ms": q.retry_max_delay_ms,
+        "created_at": q.created_at,
+        "updated_at": q.updated_at,
+    }
+
+
+def history_entry(event: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "at": event["at"],
+        "from_status": event["from_status"],
+        "to_status": event["to_status"],
+        "worker_id": event["worker_id"],
+        "detail": event["detail"],
+    }
+
+
+def dead_letter(entry: DeadLetterTask, queue_name: str) -> dict[str, Any]:
+    return {
+        "id": entry.task_id,
+        "queue": queue_name,
+        "payload": entry.payload,
+        "last_error": entry.last_error,
+        "attempts": entry.attempts,
+        "died_at": entry.died_at,
+        "replayed_at": entry.replayed_at,
+        "replay_count": entry.replay_count,
+    }

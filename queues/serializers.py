@@ -1,0 +1,100 @@
+"""Input shapes of the queue, task and DLQ endpoints (shape only: no logic)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from django.utils import timezone
+from rest_framework import serializers
+
+from queues.models import queue_name_validator
+from taskforge.fields import (
+    AwareDateTimeField,
+    JSONObjectField,
+    StrictBooleanField,
+    StrictCharField,
+    StrictIntegerField,
+    StrictSerializer,
+)
+
+MAX_SCHEDULE_AHEAD = timedelta(days=365)
+MAX_DELAY_MS = 30 * 86_400_000
+
+
+class QueueUpdateSerializer(StrictSerializer):
+    max_retries = StrictIntegerField(min_value=0, max_value=25, required=False)
+    rate_limit = StrictIntegerField(min_value=1, max_value=100_000, required=False, allow_null=True)
+    rate_burst = StrictIntegerField(min_value=1, max_value=100_000, required=False, allow_null=True)
+    paused = StrictBooleanField(required=False)
+    retry_base_ms = StrictIntegerField(min_value=1, max_value=3_600_000, required=False)
+    retry_max_delay_ms = StrictIntegerField(min_value=1, max_value=MAX_DELAY_MS, required=False)
+
+    def to_internal_value(self, data: Any) -> Any:
+        if isinstance(data, dict) and "name" in data and "name" not in self.fields:
+            raise serializers.ValidationError({"name": ["A queue's name cannot be changed."]})
+        return super().to_internal_value(data)
+
+
+class QueueCreateSerializer(QueueUpdateSerializer):
+    name = StrictCharField(max_length=64, validators=[queue_name_validator])
+
+
+class EnqueueSerializer(StrictSerializer):
+    payload = JSONObjectField()
+    priority = StrictIntegerField(min_value=1, max_value=10, required=False, default=5)
+    scheduled_at = AwareDateTimeField(required=False, allow_null=True, default=None)
+    idempotency_key = StrictCharField(
+        max_length=255, required=False, allow_null=True, default=None, trim_whitespace=False
+    )
+    max_retries = StrictIntegerField(min_value=0, max_value=25, required=False, allow_null=True, default=None)
+
+    def validate_scheduled_at(self, value: Any) -> Any:
+        if value is not None and value > timezone.now() + MAX_SCHEDULE_AHEAD:
+            raise serializers.ValidationError("Must be at most 365 days ahead.")
+        return value
+
+
+class EnqueueBatchSerializer(StrictSerializer):
+    """``{"tasks": [enqueue body, ...]}``; errors keyed by index (``"3.priority"``)."""
+
+    tasks = serializers.ListField(child=serializers.JSONField(), min_length=1, max_length=1000)
+
+    def validate_tasks(self, value: list[Any]) -> list[dict[str, Any]]:
+        errors: dict[str, list[str]] = {}
+        items: list[dict[str, Any]] = []
+        first_with_key: dict[str, int] = {}
+        for index, raw in enumerate(value):
+            item = EnqueueSerializer(data=raw)
+            if not item.is_valid():
+                for name, messages in item.errors.items():
+                    field = str(index) if name == "non_field_errors" else f"{index}.{name}"
+                    errors[field] = [str(message) for message in messages]
+                continue
+            key = item.validated_data["idempotency_key"]
+            if key is not None and key in first_with_key:
+                errors[f"{index}.idempotency_key"] = [
+                    f"Duplicates the idempotency_key of item {first_with_key[key]} in this batch."
+                ]
+            elif key is not None:
+                first_with_key[key] = index
+            items.append({**item.validated_data, "_raw": raw})
+        if errors:
+            raise serializers.ValidationError(errors)
+        return items
+
+
+class BulkReplaySerializer(StrictSerializer):
+    ids = serializers.ListField(
+        child=serializers.UUIDField(), required=False, allow_empty=False, min_length=1, max_length=1000
+    )
+    all = StrictBooleanField(required=False)
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        has_ids = "ids" in attrs
+        wants_all = attrs.get("all") is True
+        if has_ids and "all" in attrs:
+            raise serializers.ValidationError("Give either ids or all, not both.")
+        if not has_ids and not wants_all:
+            raise serializers.ValidationError('Give "ids": [...] or "all": true.')
+        return attrs

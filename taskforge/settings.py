@@ -1,0 +1,194 @@
+"""TaskForge settings, read from the environment (see README "Configuration").
+
+Every ``TASKFORGE_*`` variable is read here and nowhere else.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
+
+from taskforge import embedded
+from taskforge.env import env_bool, env_int, env_list, env_optional, env_str
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+TASKFORGE_HOME = Path(env_str("TASKFORGE_HOME", str(BASE_DIR / ".taskforge")))
+
+DEBUG = env_bool("DJANGO_DEBUG", False)
+_database_url = env_optional("DATABASE_URL")
+_redis_url = env_optional("REDIS_URL")
+EMBEDDED_SERVICES = _database_url is None or _redis_url is None
+
+
+def _secret_key() -> str:
+    from_env = env_optional("DJANGO_SECRET_KEY")
+    if from_env:
+        return from_env
+    if not (DEBUG or EMBEDDED_SERVICES):
+        # Production (servers given by URL) must not run on a key that lives on
+        # one container's disk or, worse, a well-known default.
+        raise ImproperlyConfigured("DJANGO_SECRET_KEY must be set when DJANGO_DEBUG is false")
+    # Development: generated once and kept under .taskforge/, owner-only.
+    return embedded.dev_secret_key(TASKFORGE_HOME)
+
+
+SECRET_KEY = _secret_key()
+ALLOWED_HOSTS = env_list("DJANGO_ALLOWED_HOSTS", "localhost,127.0.0.1")
+
+INSTALLED_APPS = [
+    "dashboard.apps.TaskForgeAdminConfig",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "drf_spectacular",
+    "django_prometheus",
+    "channels",
+    "queues",
+    "workers",
+    "dashboard.apps.DashboardConfig",
+]
+
+MIDDLEWARE = [
+    "taskforge.middleware.RequestIdMiddleware",
+    "taskforge.middleware.BodyLimitMiddleware",
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "taskforge.urls"
+APPEND_SLASH = False  # the contract answers both forms directly, never by redirect
+WSGI_APPLICATION = "taskforge.wsgi.application"
+ASGI_APPLICATION = "taskforge.asgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "dashboard" / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+# --- Postgres -----------------------------------------------------------------
+
+DB_POOL_SIZE = env_int("TASKFORGE_DB_POOL_SIZE", 8, minimum=0, maximum=200)
+_db = dj_database_url.parse(_database_url or embedded.database_url(TASKFORGE_HOME))
+_db_options = dict(_db.get("OPTIONS", {}))
+_db_options.setdefault("connect_timeout", 5)
+# Bound every statement and lock wait, and never let an idle transaction pin
+# the xmin horizon (it slows every claim as dead rows pile up).
+_db_options["options"] = "-c statement_timeout=30000 -c lock_timeout=10000 -c idle_in_transaction_session_timeout=60000"
+if DB_POOL_SIZE:
+    _db_options["pool"] = {"min_size": 1, "max_size": DB_POOL_SIZE, "timeout": 10}
+    _db["CONN_MAX_AGE"] = 0  # the pool owns connection lifetime
+_db["OPTIONS"] = _db_options
+_db["CONN_HEALTH_CHECKS"] = not DB_POOL_SIZE
+DATABASES = {"default": _db}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+# --- Redis --------------------------------------------------------------------
+
+REDIS_URL = _redis_url or embedded.redis_url(TASKFORGE_HOME)
+
+# --- TaskForge behaviour ------------------------------------------------------
+
+TASKFORGE_HEARTBEAT_TIMEOUT = env_int("TASKFORGE_HEARTBEAT_TIMEOUT", 30, minimum=1, maximum=86400)
+TASKFORGE_WATCHDOG_INTERVAL = env_int("TASKFORGE_WATCHDOG_INTERVAL", 15, minimum=1, maximum=3600)
+TASKFORGE_SCHEDULER_TICK = env_int("TASKFORGE_SCHEDULER_TICK", 1, minimum=1, maximum=60)
+TASKFORGE_RETRY_BASE_MS = env_int("TASKFORGE_RETRY_BASE_MS", 1000, minimum=1, maximum=3_600_000)
+TASKFORGE_RETRY_MAX_DELAY_MS = env_int("TASKFORGE_RETRY_MAX_DELAY_MS", 3_600_000, minimum=1, maximum=30 * 86_400_000)
+if TASKFORGE_RETRY_MAX_DELAY_MS < TASKFORGE_RETRY_BASE_MS:
+    raise ImproperlyConfigured("TASKFORGE_RETRY_MAX_DELAY_MS must be >= TASKFORGE_RETRY_BASE_MS")
+TASKFORGE_MAX_PAYLOAD_BYTES = env_int("TASKFORGE_MAX_PAYLOAD_BYTES", 1_048_576, minimum=1024)
+TASKFORGE_RETENTION_DAYS = env_int("TASKFORGE_RETENTION_DAYS", 7, minimum=0, maximum=3650)
+TASKFORGE_METRICS_TOKEN = env_optional("TASKFORGE_METRICS_TOKEN")
+TASKFORGE_FAILPOINTS = env_str("TASKFORGE_FAILPOINTS", "")
+
+# Django's own request-body guard runs after ours; keep it out of the way.
+DATA_UPLOAD_MAX_MEMORY_SIZE = TASKFORGE_MAX_PAYLOAD_BYTES + 1024
+
+# --- REST framework -----------------------------------------------------------
+
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": ["queues.apikeys.ApiKeyAuthentication"],
+    "DEFAULT_PERMISSION_CLASSES": ["queues.apikeys.HasRole"],
+    "DEFAULT_PARSER_CLASSES": ["taskforge.parsers.StrictJSONParser"],
+    "DEFAULT_RENDERER_CLASSES": ["taskforge.renderers.FastJSONRenderer"],
+    "EXCEPTION_HANDLER": "taskforge.errors.exception_handler",
+    "UNAUTHENTICATED_USER": None,
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+}
+
+SPECTACULAR_SETTINGS = {
+    "TITLE": "TaskForge API",
+    "DESCRIPTION": "Self-hosted distributed task queue. See README.md for the full contract.",
+    "VERSION": "1.0.0",
+    "SERVE_INCLUDE_SCHEMA": False,
+}
+
+# --- Security -----------------------------------------------------------------
+
+SESSION_COOKIE_SECURE = env_bool("DJANGO_SECURE_COOKIES", not DEBUG and not EMBEDDED_SERVICES)
+CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
+SECURE_HSTS_SECONDS = env_int("DJANGO_HSTS_SECONDS", 0, minimum=0)
+SECURE_CONTENT_TYPE_NOSNIFF = True
+X_FRAME_OPTIONS = "DENY"
+CSRF_TRUSTED_ORIGINS = env_list("DJANGO_CSRF_TRUSTED_ORIGINS", "")
+
+# --- Static files, i18n -------------------------------------------------------
+
+STATIC_URL = "static/"
+STATIC_ROOT = BASE_DIR / "staticfiles"
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+# --- Logging --------------------------------------------------------------------
+
+LOG_FORMAT = env_str("DJANGO_LOG_FORMAT", "json")
+LOG_LEVEL = env_str("DJANGO_LOG_LEVEL", "INFO").upper()
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "filters": {"request_id": {"()": "taskforge.middleware.RequestIdFilter"}},
+    "formatters": {
+        "json": {
+            "()": "pythonjsonlogger.json.JsonFormatter",
+            "fmt": "%(asctime)s %(levelname)s %(name)s %(message)s",
+            "rename_fields": {"asctime": "ts", "levelname": "level", "name": "logger"},
+            "datefmt": "%Y-%m-%dT%H:%M:%S%z",
+        },
+        "text": {"format": "%(asctime)s %(levelname)-7s %(name)s %(message)s"},
+    },
+    "handlers": {
+        "stdout": {
+            "class": "logging.StreamHandler",
+            "stream": "ext://sys.stdout",
+            "formatter": "text" if LOG_FORMAT == "text" else "json",
+            "filters": ["request_id"],
+        }
+    },
+    "root": {"handlers": ["stdout"], "level": LOG_LEVEL},
+    "loggers": {
+        "django.server": {"level": "WARNING"},
+        "django.request": {"level": "ERROR"},
+    },
+}

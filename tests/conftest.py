@@ -1,0 +1,86 @@
+"""Shared fixtures: real Postgres (pytest-django's test database) and real Redis.
+
+Each xdist worker gets its own Redis database, flushed around every test.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from urllib.parse import urlsplit, urlunsplit
+
+import pytest
+from django.conf import settings
+from rest_framework.test import APIClient
+
+import taskforge.redis
+from queues.apikeys import create_key
+from queues.models import ApiKey
+from tests.factories import QueueFactory
+
+
+def redis_url_for_db(url: str, db: int) -> str:
+    parts = urlsplit(url)
+    if parts.scheme == "unix":
+        query = "&".join(p for p in parts.query.split("&") if p and not p.startswith("db="))
+        return urlunsplit(parts._replace(query=f"{query}&db={db}".lstrip("&")))
+    return urlunsplit(parts._replace(path=f"/{db}"))
+
+
+def _worker_number() -> int:
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+    return int(worker.removeprefix("gw") or 0)
+
+
+@pytest.fixture(autouse=True)
+def redis_db(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    base = int(os.environ.get("TASKFORGE_TEST_REDIS_DB_BASE", "1"))
+    url = redis_url_for_db(settings.REDIS_URL, base + _worker_number())
+    monkeypatch.setattr(settings, "REDIS_URL", url)
+    monkeypatch.setattr(taskforge.redis, "_client", None)
+    client = taskforge.redis.redis_client()
+    client.flushdb()
+    yield
+    client.flushdb()
+    taskforge.redis._client = None
+
+
+@pytest.fixture
+def make_key(db: None) -> Callable[[str], str]:
+    counter = iter(range(10_000))
+
+    def make(role: str) -> str:
+        _, raw = create_key(f"{role}-{next(counter)}", role)
+        return raw
+
+    return make
+
+
+@pytest.fixture
+def client_for(make_key: Callable[[str], str]) -> Callable[[str], APIClient]:
+    def make(role: str) -> APIClient:
+        client = APIClient()
+        client.credentials(HTTP_AUTHORIZATION=f"Bearer {make_key(role)}")
+        return client
+
+    return make
+
+
+@pytest.fixture
+def admin_api(client_for: Callable[[str], APIClient]) -> APIClient:
+    return client_for(ApiKey.Role.ADMIN)
+
+
+@pytest.fixture
+def producer(client_for: Callable[[str], APIClient]) -> APIClient:
+    return client_for(ApiKey.Role.PRODUCER)
+
+
+@pytest.fixture
+def worker(client_for: Callable[[str], APIClient]) -> APIClient:
+    return client_for(ApiKey.Role.WORKER)
+
+
+@pytest.fixture
+def queue(db: None):  # type: ignore[no-untyped-def]
+    return QueueFactory(name="email_jobs")

@@ -1,0 +1,49 @@
+"""Who was seen when: one upsert per protocol call, one query for the listing."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import connection
+
+LISTED_FOR = timedelta(minutes=10)
+
+_SEEN = """
+INSERT INTO tf_worker (worker_id, last_seen_at, last_claim_at, last_heartbeat_at)
+VALUES (%(worker_id)s, now(),
+        CASE WHEN %(claim)s THEN now() END, CASE WHEN %(heartbeat)s THEN now() END)
+ON CONFLICT (worker_id) DO UPDATE
+SET last_seen_at = now(),
+    last_claim_at = CASE WHEN %(claim)s THEN now() ELSE tf_worker.last_claim_at END,
+    last_heartbeat_at = CASE WHEN %(heartbeat)s THEN now() ELSE tf_worker.last_heartbeat_at END
+"""
+
+_LISTING = """
+SELECT w.worker_id, w.last_seen_at, w.last_heartbeat_at,
+       coalesce(array_agg(t.id ORDER BY t.claimed_at) FILTER (WHERE t.id IS NOT NULL), '{}') AS current_tasks,
+       count(t.id) > 0 AND greatest(w.last_heartbeat_at, w.last_claim_at)
+           < now() - make_interval(secs => %(timeout)s) AS stale,
+       extract(epoch FROM now() - greatest(w.last_heartbeat_at, w.last_claim_at)) AS heartbeat_age_seconds
+FROM tf_worker w
+LEFT JOIN tf_task t ON t.claimed_by = w.worker_id AND t.status IN ('claimed', 'executing')
+WHERE w.last_seen_at > now() - make_interval(secs => %(listed_for)s)
+GROUP BY w.worker_id
+ORDER BY w.worker_id
+"""
+
+
+def seen(worker_id: str, *, claim: bool = False, heartbeat: bool = False) -> None:
+    with connection.cursor() as cursor:
+        cursor.execute(_SEEN, {"worker_id": worker_id, "claim": claim, "heartbeat": heartbeat})
+
+
+def active_workers() -> list[dict[str, Any]]:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            _LISTING,
+            {"timeout": settings.TASKFORGE_HEARTBEAT_TIMEOUT, "listed_for": LISTED_FOR.total_seconds()},
+        )
+        names = [column.name for column in cursor.description]
+        return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]

@@ -1,0 +1,146 @@
+"""The worker protocol: claim, heartbeat, ack, nack (single and batch), listing."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rest_framework import serializers as drf_serializers
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from queues import dispatch, lifecycle, representations
+from queues.lookups import queue_or_404
+from queues.observe import queue_name
+from taskforge.errors import error_body
+from workers import registry
+from workers.serializers import (
+    AckBatchSerializer,
+    AckSerializer,
+    ClaimSerializer,
+    HeartbeatSerializer,
+    NackBatchSerializer,
+    NackSerializer,
+)
+
+WORKER, ADMIN = "worker", "admin"
+
+
+def _validated(serializer_class: type[drf_serializers.Serializer], data: Any) -> dict[str, Any]:
+    serializer = serializer_class(data=data)
+    serializer.is_valid(raise_exception=True)
+    return dict(serializer.validated_data)
+
+
+def _task(row: dict[str, Any]) -> dict[str, Any]:
+    return representations.task(row, queue_name(row["queue_id"]))
+
+
+def _batch_result(task_id: Any, outcome: Any) -> dict[str, Any]:
+    if isinstance(outcome, Exception):
+        return {"task_id": task_id, **error_body(outcome.code, outcome.message)}  # type: ignore[attr-defined]
+    return {"task_id": task_id, "status": outcome["status"]}
+
+
+class ClaimView(APIView):
+    roles = {"POST": WORKER}
+
+    def post(self, request: Request) -> Response:
+        fields = _validated(ClaimSerializer, request.data)
+        queue = queue_or_404(fields["queue"]) if fields["queue"] is not None else None
+        registry.seen(fields["worker_id"], claim=True)
+        rows = dispatch.claim_waiting(fields["worker_id"], queue, fields["max_tasks"], fields["wait_seconds"])
+        return Response(
+            {"tasks": [representations.task(row, queue_name(row["queue_id"]), with_lease=True) for row in rows]}
+        )
+
+
+class HeartbeatView(APIView):
+    roles = {"POST": WORKER}
+
+    def post(self, request: Request) -> Response:
+        fields = _validated(HeartbeatSerializer, request.data)
+        registry.seen(fields["worker_id"], heartbeat=True)
+        row = lifecycle.heartbeat(fields["task_id"], worker_id=fields["worker_id"], lease_token=fields["lease_token"])
+        return Response({"task_id": row["id"], "status": row["status"], "lease_expires_at": row["lease_expires_at"]})
+
+
+class AckView(APIView):
+    roles = {"POST": WORKER}
+
+    def post(self, request: Request) -> Response:
+        fields = _validated(AckSerializer, request.data)
+        registry.seen(fields["worker_id"])
+        row = lifecycle.ack(
+            fields["task_id"],
+            worker_id=fields["worker_id"],
+            lease_token=fields["lease_token"],
+            result=fields["result"],
+        )
+        return Response(_task(row))
+
+
+class NackView(APIView):
+    roles = {"POST": WORKER}
+
+    def post(self, request: Request) -> Response:
+        fields = _validated(NackSerializer, request.data)
+        registry.seen(fields["worker_id"])
+        row = lifecycle.nack(
+            fields["task_id"],
+            worker_id=fields["worker_id"],
+            error=fields["error"],
+            lease_token=fields["lease_token"],
+            retry=fields["retry"],
+            retry_after_seconds=fields["retry_after_seconds"],
+        )
+        return Response(_task(row))
+
+
+class AckBatchView(APIView):
+    roles = {"POST": WORKER}
+
+    def post(self, request: Request) -> Response:
+        fields = _validated(AckBatchSerializer, request.data)
+        registry.seen(fields["worker_id"])
+        items = [lifecycle.AckItem(i["task_id"], i["lease_token"], i["result"]) for i in fields["items"]]
+        outcomes = lifecycle.ack_many(fields["worker_id"], items)
+        return Response(
+            {"results": [_batch_result(item.task_id, outcome) for item, outcome in zip(items, outcomes, strict=True)]}
+        )
+
+
+class NackBatchView(APIView):
+    roles = {"POST": WORKER}
+
+    def post(self, request: Request) -> Response:
+        fields = _validated(NackBatchSerializer, request.data)
+        registry.seen(fields["worker_id"])
+        items = [
+            lifecycle.NackItem(i["task_id"], i["error"], i["lease_token"], i["retry"], i["retry_after_seconds"])
+            for i in fields["items"]
+        ]
+        outcomes = lifecycle.nack_many(fields["worker_id"], items)
+        return Response(
+            {"results": [_batch_result(item.task_id, outcome) for item, outcome in zip(items, outcomes, strict=True)]}
+        )
+
+
+class WorkerListView(APIView):
+    roles = {"GET": ADMIN}
+
+    def get(self, request: Request) -> Response:
+        return Response(
+            {
+                "results": [
+                    {
+                        "worker_id": w["worker_id"],
+                        "last_seen_at": w["last_seen_at"],
+                        "last_heartbeat_at": w["last_heartbeat_at"],
+                        "current_tasks": w["current_tasks"],
+                        "stale": bool(w["stale"]),
+                    }
+                    for w in registry.active_workers()
+                ]
+            }
+        )
