@@ -18,12 +18,14 @@ from queues.apikeys import create_key
 from queues.models import ApiKey
 from tests.factories import QueueFactory
 
+pytest_plugins = ["tests.live"]
+
 
 def redis_url_for_db(url: str, db: int) -> str:
     parts = urlsplit(url)
     if parts.scheme == "unix":
         query = "&".join(p for p in parts.query.split("&") if p and not p.startswith("db="))
-        return urlunsplit(parts._replace(query=f"{query}&db={db}".lstrip("&")))
+        return f"unix://{parts.path}?{query}&db={db}".replace("?&", "?")
     return urlunsplit(parts._replace(path=f"/{db}"))
 
 
