@@ -41,6 +41,7 @@ from queues.errors import (
     TaskNotFound,
 )
 from queues.models import Queue, Status
+from taskforge.failpoints import failpoint
 
 Row = dict[str, Any]
 
@@ -183,6 +184,7 @@ def enqueue(queue: Queue, items: Sequence[NewTask]) -> list[tuple[Row, bool]]:
         _after_commit(inserted)
         if inserted:
             transaction.on_commit(lambda: dispatch.announce(queue, inserted))
+    failpoint("enqueue.after_commit")
     return results
 
 
@@ -249,6 +251,8 @@ def claim(
             },
         )
         _after_commit(moved)
+    if moved:
+        failpoint("claim.after_commit")
     return moved
 
 
@@ -354,6 +358,8 @@ def ack_many(worker_id: str, items: Sequence[AckItem]) -> list[Row | DomainError
             },
         )
         _after_commit(moved)
+    if moved:
+        failpoint("ack.after_commit")
     done = {row["id"]: row for row in moved}
     missing = [item for item in items if item.task_id not in done]
     if missing:
@@ -527,6 +533,7 @@ def expire_leases(limit: int = 500) -> int:
         for row in moved:
             row["expired"] = True
         _after_commit(moved)
+    failpoint("watchdog.after_expire")
     return len(moved)
 
 

@@ -120,6 +120,10 @@ TASKFORGE_MAX_PAYLOAD_BYTES = env_int("TASKFORGE_MAX_PAYLOAD_BYTES", 1_048_576, 
 TASKFORGE_RETENTION_DAYS = env_int("TASKFORGE_RETENTION_DAYS", 7, minimum=0, maximum=3650)
 TASKFORGE_METRICS_TOKEN = env_optional("TASKFORGE_METRICS_TOKEN")
 TASKFORGE_FAILPOINTS = env_str("TASKFORGE_FAILPOINTS", "")
+if TASKFORGE_FAILPOINTS:  # fault tests only; a typo must not silently disable a fault
+    from taskforge.failpoints import parse as _parse_failpoints
+
+    _parse_failpoints(TASKFORGE_FAILPOINTS)
 
 # Django's own request-body guard runs after ours; keep it out of the way.
 DATA_UPLOAD_MAX_MEMORY_SIZE = TASKFORGE_MAX_PAYLOAD_BYTES + 1024
