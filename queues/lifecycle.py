@@ -575,6 +575,42 @@ def promote_due(limit: int = 1000, *, horizon_seconds: float = 0.0) -> list[Row]
     return moved
 
 
+# An operator's "retry now": the given retry tasks skip the rest of their backoff.
+# Unlike a promotion, scheduled_at becomes now(), so the task is claimable at once.
+_RETRY_NOW = f"""
+WITH old AS (
+    SELECT t.id, t.status AS from_status, t.status_changed_at AS from_changed_at
+    FROM tf_task t
+    WHERE t.status = 'retry' AND t.id = ANY(%(task_ids)s)
+    ORDER BY t.id
+    FOR UPDATE
+), moved AS (
+    UPDATE tf_task t
+    SET status = 'pending', scheduled_at = now(), updated_at = now(), status_changed_at = now()
+    FROM old WHERE t.id = old.id
+    RETURNING {_TASK_COLUMNS}, old.from_status, old.from_changed_at,
+              NULL::text AS event_worker, %(detail)s::text AS event_detail
+)
+{_RECORD_EVENTS}
+"""
+
+
+def retry_now(task_ids: Sequence[uuid.UUID], *, actor: str | None = None) -> list[Row]:
+    """Move the given ``retry`` tasks to ``pending`` now; tasks in other states are skipped."""
+    with transaction.atomic():
+        moved = _rows(
+            _RETRY_NOW,
+            {
+                "task_ids": list(task_ids),
+                "detail": f"retried now by {actor}" if actor else "retried now",
+                "event_kind": "transition",
+            },
+        )
+        _after_commit(moved)
+        transaction.on_commit(lambda: _announce_by_queue(moved))
+    return moved
+
+
 # --- producer and operator moves: cancel, purge, replay, discard --------------------
 
 _CANCEL = f"""
