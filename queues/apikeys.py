@@ -6,8 +6,10 @@ Raw keys are shown once and stored only as a SHA-256 hash. A key is random
 
 from __future__ import annotations
 
+import getpass
 import hashlib
 import hmac
+import logging
 import secrets
 from typing import Any
 
@@ -22,6 +24,8 @@ from queues.models import ApiKey
 
 KEY_PREFIX = "tf_"
 Role = ApiKey.Role
+# Who created or revoked which key: never the raw key, only its name, role and prefix.
+audit_log = logging.getLogger("taskforge.audit")
 
 
 def hash_key(raw: str) -> str:
@@ -32,8 +36,11 @@ def new_raw_key() -> str:
     return KEY_PREFIX + secrets.token_urlsafe(32)
 
 
-def create_key(name: str, role: str, raw: str | None = None) -> tuple[ApiKey, str]:
-    """Create a key (random unless ``raw`` is given); return it with the raw secret."""
+def create_key(name: str, role: str, raw: str | None = None, *, actor: str | None = None) -> tuple[ApiKey, str]:
+    """Create a key (random unless ``raw`` is given); return it with the raw secret.
+
+    ``actor`` names who asked (an admin user, ``cli:<os user>``); it goes to the audit log.
+    """
     raw = raw or new_raw_key()
     if len(raw) < 32:
         raise ValueError("an API key must be at least 32 characters")
@@ -41,11 +48,41 @@ def create_key(name: str, role: str, raw: str | None = None) -> tuple[ApiKey, st
         key = ApiKey.objects.create(name=name, role=role, prefix=raw[:10], key_hash=hash_key(raw))
     except IntegrityError:
         raise ValueError(f"an API key named {name!r} already exists") from None
+    _audit("apikey.created", key, actor)
     return key, raw
 
 
-def revoke_key(name: str) -> bool:
-    return bool(ApiKey.objects.filter(name=name, revoked_at__isnull=True).update(revoked_at=timezone.now()))
+def revoke_key(name: str, *, actor: str | None = None) -> bool:
+    revoked = bool(ApiKey.objects.filter(name=name, revoked_at__isnull=True).update(revoked_at=timezone.now()))
+    if revoked:
+        _audit("apikey.revoked", ApiKey.objects.get(name=name), actor)
+    return revoked
+
+
+def _audit(event: str, key: ApiKey, actor: str | None) -> None:
+    audit_log.info(
+        "%s: %r (%s, prefix %s) by %s",
+        event,
+        key.name,
+        key.role,
+        key.prefix,
+        actor or "system",
+        extra={
+            "event": event,
+            "actor": actor or "system",
+            "key_name": key.name,
+            "role": key.role,
+            "prefix": key.prefix,
+        },
+    )
+
+
+def command_actor() -> str:
+    """The actor recorded for management commands: the operating-system user."""
+    try:
+        return f"cli:{getpass.getuser()}"
+    except (KeyError, OSError):  # a container user without a passwd entry
+        return "cli:unknown"
 
 
 class ApiKeyAuthentication(BaseAuthentication):

@@ -22,9 +22,25 @@ _redis_url = env_optional("REDIS_URL")
 EMBEDDED_SERVICES = _database_url is None or _redis_url is None
 
 
+# Keys that appear in docs, example files and Django's startproject template:
+# anyone can read them, so a production process must not sign sessions with one.
+_PLACEHOLDER_SECRETS = frozenset({"secret", "secret-key", "your-secret-key", "insecure"})
+_PLACEHOLDER_MARKERS = ("change-me", "changeme", "change_me", "django-insecure-")
+
+
+def _is_placeholder(secret: str) -> bool:
+    lowered = secret.lower()
+    return lowered in _PLACEHOLDER_SECRETS or any(marker in lowered for marker in _PLACEHOLDER_MARKERS)
+
+
 def _secret_key() -> str:
     from_env = env_optional("DJANGO_SECRET_KEY")
     if from_env:
+        if not DEBUG and _is_placeholder(from_env):
+            raise ImproperlyConfigured(
+                "DJANGO_SECRET_KEY is a well-known placeholder; set a random value, e.g. "
+                "python -c 'import secrets; print(secrets.token_urlsafe(50))'"
+            )
         return from_env
     if not (DEBUG or EMBEDDED_SERVICES):
         # Production (servers given by URL) must not run on a key that lives on
@@ -152,9 +168,21 @@ SPECTACULAR_SETTINGS = {
 SESSION_COOKIE_SECURE = env_bool("DJANGO_SECURE_COOKIES", not DEBUG and not EMBEDDED_SERVICES)
 CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
 SECURE_HSTS_SECONDS = env_int("DJANGO_HSTS_SECONDS", 0, minimum=0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("DJANGO_HSTS_INCLUDE_SUBDOMAINS", False)
+SECURE_HSTS_PRELOAD = env_bool("DJANGO_HSTS_PRELOAD", False)
+# Off by default: workers and probes usually speak plain HTTP inside the
+# network while a proxy terminates TLS; turn it on where clients reach us directly.
+SECURE_SSL_REDIRECT = env_bool("DJANGO_SECURE_SSL_REDIRECT", False)
+# Health probes and scrapers call these over plain HTTP from inside the network.
+SECURE_REDIRECT_EXEMPT = [r"^(healthz|readyz|metrics)/?$"]
+if env_bool("DJANGO_TRUST_X_FORWARDED_PROTO", False):
+    # Only behind a proxy that sets the header itself: otherwise clients could forge "https".
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
 SECURE_CONTENT_TYPE_NOSNIFF = True
 X_FRAME_OPTIONS = "DENY"
 CSRF_TRUSTED_ORIGINS = env_list("DJANGO_CSRF_TRUSTED_ORIGINS", "")
+# Admin logins: Django's ModelBackend behind a Redis-backed failed-login throttle.
+AUTHENTICATION_BACKENDS = ["taskforge.login_throttle.ThrottledModelBackend"]
 
 # --- Static files, i18n -------------------------------------------------------
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from queues.apikeys import create_key
+from queues.apikeys import command_actor, create_key
 from queues.models import ApiKey
 
 
@@ -22,7 +22,7 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         try:
-            key, raw = create_key(options["name"], options["role"])
+            key, raw = create_key(options["name"], options["role"], actor=command_actor())
         except ValueError as exc:
             raise CommandError(str(exc)) from None
         self.stderr.write(f"Created {key.role} key {key.name!r}. Store it now: it is not shown again.")

@@ -6,7 +6,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from queues.apikeys import revoke_key
+from queues.apikeys import command_actor, revoke_key
 
 
 class Command(BaseCommand):
@@ -16,6 +16,6 @@ class Command(BaseCommand):
         parser.add_argument("name")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        if not revoke_key(options["name"]):
+        if not revoke_key(options["name"], actor=command_actor()):
             raise CommandError(f"no active API key named {options['name']!r}")
         self.stdout.write(f"Revoked {options['name']!r}.")
