@@ -1,0 +1,151 @@
+"""Queues: create and edit settings; pause, resume and purge as confirmed actions."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django import forms
+from django.contrib import admin, messages
+from django.db import transaction
+from django.db.models import QuerySet
+from django.http import HttpRequest, HttpResponse
+from django.urls import reverse
+from django.utils.html import format_html
+
+from dashboard import confirm
+from queues import dispatch, lifecycle
+from queues.models import Queue
+
+
+class QueueForm(forms.ModelForm):
+    class Meta:
+        model = Queue
+        fields = ("name", "max_retries", "rate_limit", "rate_burst", "paused", "retry_base_ms", "retry_max_delay_ms")
+
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean()
+        base, max_delay = cleaned.get("retry_base_ms"), cleaned.get("retry_max_delay_ms")
+        if base is not None and max_delay is not None and max_delay < base:
+            self.add_error("retry_max_delay_ms", "Must be greater than or equal to the retry base delay.")
+        return cleaned
+
+
+@admin.register(Queue)
+class QueueAdmin(admin.ModelAdmin):
+    form = QueueForm
+    list_display = (
+        "name",
+        "paused",
+        "rate_limit",
+        "burst",
+        "max_retries",
+        "retry_base_ms",
+        "retry_max_delay_ms",
+        "links",
+    )
+    list_filter = ("paused",)
+    search_fields = ("name",)
+    ordering = ("name",)
+    actions = ("pause_queues", "resume_queues", "purge_queues")
+    fieldsets = (
+        (None, {"fields": ("name", "paused")}),
+        ("Rate limit", {"fields": ("rate_limit", "rate_burst")}),
+        ("Retries", {"fields": ("max_retries", "retry_base_ms", "retry_max_delay_ms")}),
+    )
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Queue | None = None) -> tuple[str, ...]:
+        # Tasks, metrics and Redis keys are named after the queue: a name never changes.
+        return ("name",) if obj is not None else ()
+
+    # Deleting a queue with tasks must go through lifecycle.delete_queue (API: DELETE /queues/{name}).
+    def has_delete_permission(self, request: HttpRequest, obj: Queue | None = None) -> bool:
+        return False
+
+    @admin.display(description="burst")
+    def burst(self, obj: Queue) -> int | None:
+        return obj.effective_burst
+
+    @admin.display(description="")
+    def links(self, obj: Queue) -> str:
+        tasks = reverse("admin:queues_task_changelist")
+        dlq = reverse("admin:queues_deadlettertask_changelist")
+        return format_html(
+            '<a href="{}?queue__id__exact={}">tasks</a> · <a href="{}?queue__id__exact={}">dead letters</a>',
+            tasks,
+            obj.pk,
+            dlq,
+            obj.pk,
+        )
+
+    def save_model(self, request: HttpRequest, obj: Queue, form: forms.ModelForm, change: bool) -> None:
+        super().save_model(request, obj, form, change)
+        if change and "paused" in form.changed_data and not obj.paused:
+            _wake_claimers(obj)
+
+    @admin.action(description="Pause selected queues", permissions=["change"])
+    def pause_queues(self, request: HttpRequest, queryset: QuerySet[Queue]) -> HttpResponse | None:
+        return self._set_paused(request, queryset, paused=True)
+
+    @admin.action(description="Resume selected queues", permissions=["change"])
+    def resume_queues(self, request: HttpRequest, queryset: QuerySet[Queue]) -> HttpResponse | None:
+        return self._set_paused(request, queryset, paused=False)
+
+    def _set_paused(self, request: HttpRequest, queryset: QuerySet[Queue], *, paused: bool) -> HttpResponse | None:
+        verb = "Pause" if paused else "Resume"
+        queues = list(queryset.order_by("name"))
+        if not confirm.is_confirmed(request):
+            return confirm.confirmation_page(
+                self,
+                request,
+                title=f"{verb} queues",
+                question=(
+                    f"{verb} these queues? "
+                    + ("Workers stop receiving their tasks." if paused else "Workers receive their tasks again.")
+                ),
+                objects=[q.name for q in queues],
+                total=len(queues),
+                back_url=request.get_full_path(),
+                action=f"{verb.lower()}_queues",
+            )
+        changing = [q for q in queues if q.paused != paused]
+        for queue in changing:
+            queue.paused = paused
+            queue.save(update_fields=["paused", "updated_at"])
+            if not paused:
+                _wake_claimers(queue)
+        confirm.log_changes(request, changing, "Paused" if paused else "Resumed")
+        self.message_user(
+            request,
+            f"{verb}d {len(changing)} queue(s); {len(queues) - len(changing)} already {verb.lower()}d.",
+            messages.SUCCESS,
+        )
+        return None
+
+    @admin.action(description="Purge selected queues (cancel every pending and retry task)", permissions=["change"])
+    def purge_queues(self, request: HttpRequest, queryset: QuerySet[Queue]) -> HttpResponse | None:
+        queues = list(queryset.order_by("name"))
+        if not confirm.is_confirmed(request):
+            return confirm.confirmation_page(
+                self,
+                request,
+                title="Purge queues",
+                question="Cancel every pending and retry task of these queues? Running tasks are not touched.",
+                warning="Cancelled tasks cannot be brought back.",
+                objects=[q.name for q in queues],
+                total=len(queues),
+                back_url=request.get_full_path(),
+                action="purge_queues",
+                confirm_label="Yes, purge",
+            )
+        total = 0
+        for queue in queues:
+            purged = lifecycle.purge(queue)
+            total += purged
+            confirm.log_changes(request, [queue], f"Purged: {purged} pending/retry task(s) cancelled")
+        self.message_user(request, f"Purged {len(queues)} queue(s): {total} task(s) cancelled.", messages.SUCCESS)
+        return None
+
+
+def _wake_claimers(queue: Queue) -> None:
+    """A resumed queue's ready tasks are claimable again: ring the long-poll doorbell."""
+    transaction.on_commit(lambda: dispatch.announce(queue, []))

@@ -1,0 +1,78 @@
+"""A changelist paginator that never counts a million rows.
+
+Django's changelist asks its paginator for ``count`` on every page view; on
+``tf_task`` an exact ``COUNT(*)`` reads the whole table (or a whole index) each
+time. Instead:
+
+* no filter at all: Postgres' own estimate, ``pg_class.reltuples`` (kept fresh
+  by autovacuum/ANALYZE);
+* filtered: an exact count capped at ``EXACT_UP_TO`` rows (``SELECT count(*)
+  FROM (... LIMIT n)`` stops early), and above the cap the planner's estimate
+  for the filtered query, never less than the cap.
+
+Counts above the cap are shown as estimates; a page past the real end is
+simply empty instead of an error.
+"""
+
+from __future__ import annotations
+
+from functools import cached_property
+from typing import Any
+
+import orjson
+from django.core.paginator import EmptyPage, Paginator
+from django.db import connections
+from django.db.models import QuerySet
+
+EXACT_UP_TO = 10_000
+
+
+def table_estimate(model: Any, using: str = "default") -> int:
+    with connections[using].cursor() as cursor:
+        cursor.execute("SELECT reltuples::bigint FROM pg_class WHERE oid = %s::regclass", [model._meta.db_table])
+        row = cursor.fetchone()
+    # -1 means "never analysed" (Postgres 14+): fall back to a capped count.
+    return int(row[0]) if row and row[0] is not None else -1
+
+
+def planner_estimate(queryset: QuerySet[Any]) -> int:
+    sql, params = queryset.query.sql_with_params()
+    with connections[queryset.db].cursor() as cursor:
+        cursor.execute(f"EXPLAIN (FORMAT JSON) {sql}", params)
+        (plan,) = cursor.fetchone()
+    if isinstance(plan, (str, bytes)):
+        plan = orjson.loads(plan)
+    return int(plan[0]["Plan"]["Plan Rows"])
+
+
+class EstimatedCountPaginator(Paginator):
+    # Set by ``count``: True when the number shown is Postgres' estimate.
+    estimated = False
+
+    @cached_property
+    def count(self) -> int:  # type: ignore[override]
+        queryset = self.object_list
+        if not isinstance(queryset, QuerySet):
+            return len(queryset)
+        if not queryset.query.where:
+            estimate = table_estimate(queryset.model, queryset.db)
+            if estimate > EXACT_UP_TO:
+                self.estimated = True
+                return estimate
+        capped = queryset.order_by()[: EXACT_UP_TO + 1].count()
+        if capped <= EXACT_UP_TO:
+            return capped
+        self.estimated = True
+        return max(planner_estimate(queryset.order_by()), capped)
+
+    def validate_number(self, number: Any) -> int:
+        if not self.estimated:
+            return super().validate_number(number)
+        # With an estimate the last pages may not exist: show them empty rather than fail.
+        try:
+            return super().validate_number(number)
+        except EmptyPage:
+            number = int(number)
+            if number < 1:
+                raise
+            return number
