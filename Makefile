@@ -47,5 +47,20 @@ format: venv
 	$(PY) -m ruff format .
 	$(PY) -m ruff check --fix .
 
+# Benchmark against Celery (not part of make test): bench/results/<timestamp>.json.
+# The harness and the peers live in their own venv; BENCH_QUICK=1 is a short development run.
+BENCH_VENV := .venv-bench
+BENCH_STAMP := $(BENCH_VENV)/.installed-$(shell cat requirements-bench.txt 2>/dev/null | sha1sum | cut -c1-12)
+
+$(BENCH_STAMP): requirements-bench.txt
+	@test -n "$(PYTHON_312)" || { echo "make bench needs Python 3.12 or newer." >&2; exit 1; }
+	@test -x $(BENCH_VENV)/bin/python || $(PYTHON_312) -m venv $(BENCH_VENV)
+	$(BENCH_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(BENCH_VENV)/bin/python -m pip install --quiet -r requirements-bench.txt
+	@rm -f $(BENCH_VENV)/.installed-*; touch $@
+
+bench: venv $(BENCH_STAMP)
+	$(WITH_SERVICES) $(BENCH_VENV)/bin/python -m bench
+
 clean:
 	rm -rf $(VENV) staticfiles

@@ -1,0 +1,93 @@
+"""Workload sizes: the full run (``make bench``) and ``BENCH_QUICK=1`` for development.
+
+Every knob can be overridden from the environment (``BENCH_<FIELD>``, e.g.
+``BENCH_RUNS=1 BENCH_W3_TASKS=5000``), and ``BENCH_ONLY=W1,W3`` runs a subset.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Config:
+    quick: bool = False
+    runs: int = 3
+    only: tuple[str, ...] = ()
+    # TaskForge processes
+    web_concurrency: int = 2
+    pool_size: int = 8
+    database: str = "taskforge_bench"
+    redis_db: int = 15
+    celery_redis_db: int = 14
+    # W1: single enqueue
+    w1_clients: int = 16
+    w1_seconds: float = 8.0
+    # W2: batch enqueue
+    w2_clients: int = 4
+    w2_batch: int = 100
+    w2_seconds: float = 5.0
+    # W3: preloaded drain; W3b: produce while draining; W6: W3 over history
+    w3_tasks: int = 10_000
+    worker_processes: int = 2
+    worker_concurrency: int = 2
+    worker_max_tasks: int = 50
+    naive_tasks: int = 2_000
+    naive_threads: int = 4
+    celery_tasks: int = 10_000
+    drain_timeout: float = 120.0
+    w6_history: int = 1_000_000
+    # W4: latency at a steady low rate
+    w4_tasks: int = 200
+    w4_rate: float = 20.0
+    # W5: delayed tasks due over a window
+    w5_tasks: int = 2_000
+    w5_seconds: float = 20.0
+    # W7: rate limit accuracy
+    w7_rate: int = 50
+    w7_workers: int = 20
+    w7_seconds: float = 20.0
+    # Profiles of the API workers under W1/W2/W3 (py-spy)
+    profile: bool = True
+
+    def wants(self, workload: str) -> bool:
+        return not self.only or workload.upper() in self.only
+
+
+QUICK = {
+    "runs": 1,
+    "w1_seconds": 3.0,
+    "w2_seconds": 2.0,
+    "w3_tasks": 2_000,
+    "naive_tasks": 300,
+    "celery_tasks": 2_000,
+    "w6_history": 100_000,
+    "w4_tasks": 60,
+    "w5_tasks": 200,
+    "w5_seconds": 5.0,
+    "w7_seconds": 6.0,
+}
+
+
+def from_env(environ: dict[str, str] | None = None) -> Config:
+    environ = dict(os.environ if environ is None else environ)
+    quick = environ.get("BENCH_QUICK", "") not in ("", "0", "false", "no")
+    values: dict[str, object] = dict(QUICK) if quick else {}
+    values["quick"] = quick
+    for f in dataclasses.fields(Config):
+        raw = environ.get(f"BENCH_{f.name.upper()}")
+        if raw is None or f.name in ("quick", "only"):
+            continue
+        if f.type in ("bool", bool):
+            values[f.name] = raw.lower() not in ("", "0", "false", "no")
+        elif f.type in ("int", int):
+            values[f.name] = int(raw)
+        elif f.type in ("float", float):
+            values[f.name] = float(raw)
+        else:
+            values[f.name] = raw
+    only = environ.get("BENCH_ONLY", "")
+    values["only"] = tuple(part.strip().upper() for part in only.split(",") if part.strip())
+    return Config(**values)  # type: ignore[arg-type]

@@ -1,0 +1,153 @@
+"""W3 (drain a preloaded queue), the naive worker, Celery's drain, W3b (produce while
+draining) and W6 (W3 again on top of a million finished tasks).
+
+Drain rates are ``tasks / (last ack - first claim)``, both read from
+``tf_task_event`` in Postgres, and every task must have exactly one ``done``
+event. The rate from the moment the worker processes were spawned (so
+including interpreter start-up) is recorded too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from typing import Any
+
+from bench import celery_peer
+from bench.context import Context
+
+HISTORY_QUEUE = "bench_w6"
+
+
+def _drain(ctx: Context, workload: str, queue: str, queue_id: uuid.UUID, count: int, kind: str) -> dict[str, Any]:
+    ids = ctx.preload(queue, count)
+    with ctx.stack.connect() as pg:
+        pg.execute("ANALYZE tf_task")
+    ctx.begin_measure()
+    spawned = time.time()
+    workers = ctx.start_workers(queue, kind=kind, label=workload.lower())
+    ctx.wait_drained(queue_id, workers, ctx.cfg.drain_timeout)
+    ctx.stop_workers(workers)
+    result = ctx.check_exactly_once(workload, ids)
+    active = result["last_done"] - result["first_claim"]
+    result["rate"] = count / active
+    result["rate_from_spawn"] = count / (result["last_done"] - spawned)
+    return result
+
+
+def w3_batch(ctx: Context, run: int) -> dict[str, Any]:
+    ctx.stack.reset_state()
+    return _drain(ctx, "W3", "bench_w3", ctx.extra["queue_ids"]["bench_w3"], ctx.cfg.w3_tasks, ctx.worker_kind)
+
+
+def w3(ctx: Context, run: int) -> None:
+    cfg = ctx.cfg
+    result = w3_batch(ctx, run)
+    ctx.figures.add("W3", "drain tasks/s (batch)", result["rate"])
+    ctx.figures.add("W3", "drain tasks/s incl. worker start", result["rate_from_spawn"])
+    ctx.extra.setdefault("w3_rates", []).append(result["rate"])
+
+    ctx.stack.reset_state()
+    naive = _drain(ctx, "W3", "bench_w3", ctx.extra["queue_ids"]["bench_w3"], cfg.naive_tasks, "naive")
+    ctx.figures.add("W3", "drain tasks/s (naive: max_tasks=1, single acks)", naive["rate"])
+
+    celery = celery_peer.drain(ctx, cfg.celery_tasks)
+    ctx.figures.add("W3", "Celery drain tasks/s (prefork -c 2)", celery["rate"])
+    ctx.figures.add("W3", "Celery drain tasks/s incl. worker start", celery["rate_from_spawn"])
+    ctx.figures.add("W3", "TaskForge / Celery drain", result["rate"] / celery["rate"])
+
+
+def w3b(ctx: Context, run: int) -> None:
+    cfg = ctx.cfg
+    ctx.stack.reset_state()
+    queue_id = ctx.extra["queue_ids"]["bench_w3"]
+    workers = ctx.start_workers("bench_w3", label="w3b")
+    time.sleep(2.0)  # the workers are up and long-polling before the first enqueue
+
+    async def produce() -> list[str]:
+        conn = ctx.connection("producer")
+        ids: list[str] = []
+        try:
+            for start in range(0, cfg.w3_tasks, 100):
+                body = {"tasks": [{"payload": {"n": n}} for n in range(start, min(start + 100, cfg.w3_tasks))]}
+                created = await conn.json("POST", "/queues/bench_w3/tasks/batch", body, expect=(201,))
+                ids.extend(task["id"] for task in created["tasks"])
+        finally:
+            conn.close()
+        return ids
+
+    begun = time.perf_counter()
+    ids = asyncio.run(produce())
+    produced = time.perf_counter() - begun
+    ctx.wait_drained(queue_id, workers, cfg.drain_timeout)
+    ctx.stop_workers(workers)
+    result = ctx.check_exactly_once("W3b", ids)
+    ctx.figures.add("W3b", "end-to-end tasks/s", len(ids) / (result["last_done"] - result["first_created"]))
+    ctx.figures.add("W3b", "producer tasks/s (while draining)", len(ids) / produced)
+
+
+def setup_history(ctx: Context) -> None:
+    """Insert the finished history W6 runs over: done tasks, each with its 'done' event."""
+    cfg = ctx.cfg
+    queue_id = ctx.extra["queue_ids"][HISTORY_QUEUE]
+    began = time.perf_counter()
+    with ctx.stack.connect() as pg:
+        # Spread over the last ~day (inside the retention period, so the watchdog keeps them).
+        pg.execute(
+            """
+            INSERT INTO tf_task (id, queue_id, payload, status, priority, scheduled_at, created_at, updated_at,
+                                 status_changed_at, claimed_at, claimed_by, lease_token, attempts, max_retries,
+                                 finished_at)
+            SELECT gen_random_uuid(), %(queue_id)s, '{"bench": "history"}'::jsonb, 'done', 1 + g %% 10, ts, ts,
+                   ts + interval '1 second', ts + interval '1 second', ts + interval '500 ms', 'history-worker',
+                   md5(g::text), 1, 3, ts + interval '1 second'
+            FROM generate_series(1, %(n)s) AS g,
+                 LATERAL (SELECT now() - interval '1 day' + g * (interval '1 day' / %(n)s) - interval '1 hour' AS ts) s
+            """,
+            {"queue_id": queue_id, "n": cfg.w6_history},
+        )
+        pg.execute(
+            """
+            INSERT INTO tf_task_event (task_id, queue_id, kind, at, from_status, to_status, worker_id)
+            SELECT id, queue_id, 'transition', finished_at, 'executing', 'done', claimed_by
+            FROM tf_task WHERE queue_id = %s AND status = 'done'
+            """,
+            [queue_id],
+        )
+        pg.execute("VACUUM (ANALYZE) tf_task")
+        pg.execute("VACUUM (ANALYZE) tf_task_event")
+        (rows,) = pg.execute("SELECT count(*) FROM tf_task").fetchone()
+    ctx.extra["w6_setup_seconds"] = round(time.perf_counter() - began, 1)
+    print(f"    {rows:,} finished tasks (+ their done events) inserted in {ctx.extra['w6_setup_seconds']}s", flush=True)
+
+
+def w6(ctx: Context, run: int) -> None:
+    cfg = ctx.cfg
+    # No reset: the history stays; earlier runs' drained tasks join it.
+    result = _drain(ctx, "W6", HISTORY_QUEUE, ctx.extra["queue_ids"][HISTORY_QUEUE], cfg.w3_tasks, ctx.worker_kind)
+    ctx.figures.add("W6", "drain tasks/s over finished history", result["rate"])
+    w3_rates = ctx.extra.get("w3_rates", [])
+    if run < len(w3_rates):
+        ctx.figures.add("W6", "W6 / W3", result["rate"] / w3_rates[run])
+
+
+def define(ctx: Context) -> None:
+    f = ctx.figures
+    history = f"{ctx.cfg.w6_history:,}"
+    f.define("W3", "drain tasks/s (batch)", "tasks/s", (">=", 4000))
+    f.define("W3", "drain tasks/s incl. worker start", "tasks/s")
+    f.define("W3", "drain tasks/s (naive: max_tasks=1, single acks)", "tasks/s")
+    f.define("W3", "Celery drain tasks/s (prefork -c 2)", "tasks/s")
+    f.define("W3", "Celery drain tasks/s incl. worker start", "tasks/s")
+    f.define("W3", "TaskForge / Celery drain", "x", (">=", 3))
+    f.define("W3b", "end-to-end tasks/s", "tasks/s", (">=", 3000))
+    f.define("W3b", "producer tasks/s (while draining)", "tasks/s")
+    f.define("W6", "drain tasks/s over finished history", "tasks/s", note=f"{history} finished tasks present")
+    f.define("W6", "W6 / W3", "x", (">=", 0.9))
+
+
+def setup(ctx: Context) -> None:
+    ctx.extra.setdefault("queue_ids", {})
+    for name in ("bench_w3", HISTORY_QUEUE):
+        ctx.extra["queue_ids"][name] = ctx.create_queue(name)

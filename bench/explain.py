@@ -1,0 +1,58 @@
+"""EXPLAIN (ANALYZE, BUFFERS) of the claim and stats queries, as TaskForge runs them.
+
+Run with the project's interpreter against the bench database:
+``python -m bench.explain QUEUE``. It imports the statements from the
+project itself (so it explains what is deployed), runs each inside a
+transaction that is rolled back (a claim moves rows), and prints JSON.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+
+def main(queue_name: str) -> dict[str, str]:
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "taskforge.settings")
+    import django
+
+    django.setup()
+    from django.conf import settings
+    from django.db import connection, transaction
+
+    from queues import lifecycle, stats
+    from queues.models import Queue
+
+    queue = Queue.objects.get(name=queue_name)
+    plans: dict[str, str] = {}
+    statements = []
+    claim_sql = getattr(lifecycle, "_CLAIM", None)
+    if claim_sql:
+        params = {
+            "queue_ids": [queue.id],
+            "task_ids": [],
+            "limit": 50,
+            "worker_id": "explain",
+            "lease_seconds": settings.TASKFORGE_HEARTBEAT_TIMEOUT,
+            "event_kind": "transition",
+        }
+        statements.append(("claim 50 (ordered scan of ready tasks)", claim_sql.replace("{id_filter}", ""), params))
+    for name in ("_DEPTHS", "_RATES"):
+        sql = getattr(stats, name, None)
+        if sql:
+            params = {"queue_ids": [queue.id], "window": getattr(stats, "RATE_WINDOW_SECONDS", 60)}
+            statements.append((f"stats {name.strip('_').lower()}", sql, params))
+    for label, sql, params in statements:
+        try:
+            with transaction.atomic(), connection.cursor() as cursor:
+                cursor.execute("EXPLAIN (ANALYZE, BUFFERS, TIMING ON) " + sql, params)
+                plans[label] = "\n".join(row[0] for row in cursor.fetchall())
+                transaction.set_rollback(True)
+        except Exception as exc:  # a changed statement is reported, not fatal
+            plans[label] = f"could not EXPLAIN: {exc!r}"
+    return plans
+
+
+if __name__ == "__main__":
+    print(json.dumps(main(sys.argv[1])))

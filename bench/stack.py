@@ -1,0 +1,173 @@
+"""TaskForge started the production way, on a dedicated database and Redis DB.
+
+1. ``reset_database`` drops and recreates the bench database (default
+   ``taskforge_bench``) on the server of ``DATABASE_URL``; ``migrate`` and
+   ``create_api_key`` run with the project's own interpreter.
+2. ``start`` runs gunicorn with ``gunicorn.conf.py`` (the ASGI worker) and the
+   three loops, exactly as ``make run`` and the Docker image do.
+3. ``reset_state`` empties the task tables and the bench Redis DB between
+   workloads, so each one starts from the same clean slate.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+import psycopg
+import redis
+from psycopg import sql
+
+from bench.procs import ROOT, Child, Supervisor
+
+LOOPS = ("run_scheduler", "run_dispatcher", "run_watchdog")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def database_url_for(url: str, name: str) -> str:
+    parts = urlsplit(url)
+    return urlunsplit(parts._replace(path=f"/{name}"))
+
+
+def redis_url_for_db(url: str, db: int) -> str:
+    parts = urlsplit(url)
+    if parts.scheme == "unix":
+        query = [(k, v) for k, v in parse_qsl(parts.query) if k != "db"] + [("db", str(db))]
+        return urlunsplit(parts._replace(query=urlencode(query)))
+    return urlunsplit(parts._replace(path=f"/{db}"))
+
+
+def celery_broker_url(url: str, db: int) -> str:
+    """Kombu spells a unix-socket Redis differently from redis-py."""
+    parts = urlsplit(url)
+    if parts.scheme == "unix":
+        return f"redis+socket://{parts.path}?virtual_host={db}"
+    return urlunsplit(parts._replace(path=f"/{db}"))
+
+
+@dataclass
+class Stack:
+    server_database_url: str
+    server_redis_url: str
+    database_name: str
+    redis_db: int
+    web_concurrency: int
+    pool_size: int
+    python: str
+    supervisor: Supervisor
+    api_url: str = ""
+    api: Child | None = None
+    loops: list[Child] = field(default_factory=list)
+    keys: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def database_url(self) -> str:
+        return database_url_for(self.server_database_url, self.database_name)
+
+    @property
+    def redis_url(self) -> str:
+        return redis_url_for_db(self.server_redis_url, self.redis_db)
+
+    def env(self, **extra: str) -> dict[str, str]:
+        env = {
+            **os.environ,
+            "DATABASE_URL": self.database_url,
+            "REDIS_URL": self.redis_url,
+            # The bench database is thrown away after the run: its secret guards nothing.
+            "DJANGO_SECRET_KEY": os.environ.get("DJANGO_SECRET_KEY") or "bench-only-not-secret",
+            "TASKFORGE_DB_POOL_SIZE": str(self.pool_size),
+            "WEB_CONCURRENCY": str(self.web_concurrency),
+            "PYTHONUNBUFFERED": "1",
+        }
+        env.update(extra)
+        return env
+
+    def connect(self) -> psycopg.Connection:
+        return psycopg.connect(self.database_url, autocommit=True)
+
+    def redis(self) -> redis.Redis:
+        return redis.Redis.from_url(self.redis_url)
+
+    # --- setup ---------------------------------------------------------------------
+
+    def reset_database(self) -> None:
+        with psycopg.connect(self.server_database_url, autocommit=True) as conn:
+            name = sql.Identifier(self.database_name)
+            conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(name))
+            conn.execute(sql.SQL("CREATE DATABASE {}").format(name))
+        self.manage("migrate", "--no-input", "-v", "0")
+        for role in ("admin", "producer", "worker"):
+            out = self.manage("create_api_key", f"bench-{role}", "--role", role)
+            self.keys[role] = out.strip().splitlines()[-1].strip()
+        self.redis().flushdb()
+
+    def manage(self, *args: str) -> str:
+        done = subprocess.run(
+            [self.python, "manage.py", *args], cwd=ROOT, env=self.env(), capture_output=True, text=True, check=False
+        )
+        if done.returncode != 0:
+            raise RuntimeError(f"manage.py {' '.join(args)} failed:\n{done.stdout}\n{done.stderr}")
+        return done.stdout
+
+    # --- processes -------------------------------------------------------------------
+
+    def start(self) -> None:
+        port = free_port()
+        self.api_url = f"http://127.0.0.1:{port}"
+        self.api = self.supervisor.spawn(
+            "api",
+            [self.python, "-m", "gunicorn", "taskforge.asgi:application"],
+            self.env(PORT=str(port), HOST="127.0.0.1"),
+        )
+        for loop in LOOPS:
+            self.loops.append(self.supervisor.spawn(loop, [self.python, "manage.py", loop], self.env()))
+        self._wait_healthy()
+
+    def _wait_healthy(self, timeout: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            assert self.api is not None
+            if not self.api.alive():
+                raise RuntimeError(f"gunicorn exited:\n{self.api.tail()}")
+            try:
+                with urllib.request.urlopen(f"{self.api_url}/readyz", timeout=2) as response:
+                    if response.status == 200:
+                        return
+            except OSError:
+                pass
+            time.sleep(0.2)
+        raise RuntimeError(f"the API did not become ready:\n{self.api.tail() if self.api else ''}")
+
+    def api_worker_pids(self) -> list[int]:
+        """The gunicorn worker processes (children of the master)."""
+        assert self.api is not None
+        children = Path(f"/proc/{self.api.pid}/task/{self.api.pid}/children")
+        try:
+            return [int(pid) for pid in children.read_text().split()]
+        except OSError:
+            return []
+
+    def check_alive(self) -> None:
+        for child in [self.api, *self.loops]:
+            if child is not None and not child.alive():
+                raise RuntimeError(f"{child.name} exited:\n{child.tail()}")
+
+    # --- between workloads ---------------------------------------------------------------
+
+    def reset_state(self) -> None:
+        """Empty the task tables and the bench Redis DB (queues and keys stay)."""
+        with self.connect() as conn:
+            conn.execute("TRUNCATE tf_task_event, tf_dead_letter, tf_task, tf_worker")
+        # Redis only caches what Postgres holds (DESIGN.md): flushing it is always safe.
+        self.redis().flushdb()
