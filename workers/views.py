@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from asgiref.sync import sync_to_async
 from rest_framework import serializers as drf_serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -14,6 +15,7 @@ from queues.lookups import queue_or_404
 from queues.observe import queue_name
 from taskforge.errors import error_body
 from workers import registry
+from workers.longpoll import LongPollView, finish_later
 from workers.serializers import (
     AckBatchSerializer,
     AckSerializer,
@@ -42,17 +44,30 @@ def _batch_result(task_id: Any, outcome: Any) -> dict[str, Any]:
     return {"task_id": task_id, "status": outcome["status"]}
 
 
-class ClaimView(APIView):
+def _claimed(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    return {"tasks": [representations.task(row, queue_name(row["queue_id"]), with_lease=True) for row in rows]}
+
+
+class ClaimView(LongPollView):
+    """A long poll waits on the event loop (see workers.longpoll), not in a thread."""
+
     roles = {"POST": WORKER}
 
     def post(self, request: Request) -> Response:
         fields = _validated(ClaimSerializer, request.data)
         queue = queue_or_404(fields["queue"]) if fields["queue"] is not None else None
-        registry.seen(fields["worker_id"], claim=True)
-        rows = dispatch.claim_waiting(fields["worker_id"], queue, fields["max_tasks"], fields["wait_seconds"])
-        return Response(
-            {"tasks": [representations.task(row, queue_name(row["queue_id"]), with_lease=True) for row in rows]}
-        )
+        worker_id, max_tasks, wait_seconds = fields["worker_id"], fields["max_tasks"], fields["wait_seconds"]
+        registry.seen(worker_id, claim=True)
+        rows = dispatch.claim(worker_id, queue, max_tasks).rows
+        response = Response(_claimed(rows))
+        if rows or not wait_seconds:
+            return response
+
+        async def wait() -> dict[str, Any]:
+            waited = await dispatch.claim_waiting(worker_id, queue, max_tasks, wait_seconds)
+            return await sync_to_async(_claimed)(waited)
+
+        return finish_later(response, wait)
 
 
 class HeartbeatView(APIView):

@@ -1,25 +1,36 @@
-"""Promote due retries back to pending (and into the dispatch lanes)."""
+"""Delayed tasks and retries into the dispatch lanes on time (see queues.schedule)."""
 
 from __future__ import annotations
 
+import time
+
 from django.conf import settings
 
-from queues import lifecycle
+from queues import schedule
 from taskforge.loop import LoopCommand
 
-BATCH = 1000
+#: The fast tier's period: Redis only, so it can run far more often than the Postgres tick.
+FAST_TICK_SECONDS = 0.05
 
 
 class Command(LoopCommand):
-    help = "Run the scheduler loop: promote retry tasks whose backoff has ended."
+    help = "Run the scheduler loop: promote due retries, move due tasks into the dispatch lanes."
     loop_name = "scheduler"
-
-    @property
-    def interval(self) -> float:  # type: ignore[override]
-        return float(settings.TASKFORGE_SCHEDULER_TICK)
+    interval = FAST_TICK_SECONDS
+    _next_slow_tick = 0.0
 
     def tick(self) -> int:
-        return len(lifecycle.promote_due(BATCH))
+        handled = 0
+        now = time.monotonic()
+        if now >= self._next_slow_tick:
+            self._next_slow_tick = now + settings.TASKFORGE_SCHEDULER_TICK
+            self._promoted = handled = schedule.slow_tick()
+        return handled + schedule.fast_tick()
 
     def more_work_pending(self, handled: int) -> bool:
-        return handled >= BATCH
+        # A full promotion batch: more retries are due, do the slow tier again at once.
+        if getattr(self, "_promoted", 0) >= schedule.PROMOTE_BATCH:
+            self._next_slow_tick = 0.0
+            self._promoted = 0
+            return True
+        return False
