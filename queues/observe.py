@@ -11,7 +11,7 @@ import logging
 import uuid
 from typing import Any
 
-from queues.models import Queue
+from queues.models import LEASED, Queue
 
 logger = logging.getLogger("taskforge.transitions")
 
@@ -35,22 +35,38 @@ def transitions(rows: list[dict[str, Any]]) -> None:
         queue = queue_name(row["queue_id"])
         duration_ms = round(float(row["duration_ms"] or 0.0), 3)
         logger.info(
-            "task %s %s -> %s",
+            "task %s %s -> %s in %s (%.1f ms)",
             row["id"],
             row["from_status"],
             row["status"],
+            queue,
+            duration_ms,
             extra={
                 "event": "task.transition",
                 "task_id": str(row["id"]),
                 "queue": queue,
-                "worker_id": row.get("event_worker"),
+                "worker_id": _worker(row),
                 "from_status": row["from_status"],
                 "to_status": row["status"],
                 "duration_ms": duration_ms,
                 "attempts": row["attempts"],
             },
         )
-    metrics.record_transitions(rows, queue_name)
+    try:
+        metrics.record_transitions(rows, queue_name)
+    except Exception:
+        # The move is committed and the caller is owed its answer: a metrics bug must not turn it into a 500.
+        logger.exception("recording metrics failed", extra={"event": "metrics.error"})
+
+
+def _worker(row: dict[str, Any]) -> str | None:
+    """The worker the move concerns: the one that made it, or, for a lease
+    expiry (made by the watchdog), the one that lost the lease."""
+    if row.get("event_worker"):
+        return row["event_worker"]
+    if row["from_status"] in LEASED:
+        return row.get("claimed_by")
+    return None
 
 
 def discarded(queue: Queue, count: int) -> None:

@@ -11,7 +11,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from queues import dispatch, lifecycle, representations
+from queues import dispatch, lifecycle, representations, schema
 from queues.errors import QueueNameTaken
 from queues.lookups import queue_or_404, task_id_or_404
 from queues.models import DeadLetterTask, Queue, Status, TaskEvent
@@ -44,6 +44,7 @@ def _check_delay_bounds(base: int, max_delay: int) -> None:
 # --- queues -----------------------------------------------------------------------
 
 
+@schema.queue_list_schema
 class QueueListView(APIView):
     roles = {"GET": PRODUCER, "POST": ADMIN}
 
@@ -62,6 +63,7 @@ class QueueListView(APIView):
         return Response(representations.queue(queue), status=201)
 
 
+@schema.queue_detail_schema
 class QueueDetailView(APIView):
     roles = {"GET": PRODUCER, "PATCH": ADMIN, "DELETE": ADMIN}
 
@@ -85,6 +87,7 @@ class QueueDetailView(APIView):
         return Response(status=204)
 
 
+@schema.queue_purge_schema
 class QueuePurgeView(APIView):
     roles = {"POST": ADMIN}
 
@@ -92,6 +95,7 @@ class QueuePurgeView(APIView):
         return Response({"purged": lifecycle.purge(queue_or_404(name))})
 
 
+@schema.queue_stats_schema
 class QueueStatsView(APIView):
     roles = {"GET": PRODUCER}
 
@@ -114,6 +118,7 @@ def _new_task(fields: dict[str, Any], raw_body: Any) -> lifecycle.NewTask:
     )
 
 
+@schema.task_list_schema
 class TaskListView(APIView):
     roles = {"GET": PRODUCER, "POST": PRODUCER}
 
@@ -155,6 +160,7 @@ class TaskListView(APIView):
         )
 
 
+@schema.task_batch_schema
 class TaskBatchView(APIView):
     roles = {"POST": PRODUCER}
 
@@ -170,6 +176,7 @@ class TaskBatchView(APIView):
         return Response({"tasks": [representations.task(row, queue.name) for row, _ in outcomes]}, status=201)
 
 
+@schema.task_detail_schema
 class TaskDetailView(APIView):
     roles = {"GET": PRODUCER, "DELETE": PRODUCER}
 
@@ -190,6 +197,7 @@ class TaskDetailView(APIView):
 # --- dead-letter queue -----------------------------------------------------------------
 
 
+@schema.dlq_list_schema
 class DeadLetterListView(APIView):
     roles = {"GET": ADMIN}
 
@@ -222,6 +230,7 @@ class DeadLetterListView(APIView):
         )
 
 
+@schema.dlq_replay_schema
 class DeadLetterReplayView(APIView):
     roles = {"POST": ADMIN}
 
@@ -231,6 +240,7 @@ class DeadLetterReplayView(APIView):
         return Response(representations.task(row, queue.name))
 
 
+@schema.dlq_bulk_replay_schema
 class DeadLetterBulkReplayView(APIView):
     roles = {"POST": ADMIN}
 
@@ -241,6 +251,7 @@ class DeadLetterBulkReplayView(APIView):
         return Response({"replayed": replayed})
 
 
+@schema.dlq_detail_schema
 class DeadLetterDetailView(APIView):
     roles = {"DELETE": ADMIN}
 

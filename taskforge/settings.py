@@ -62,6 +62,7 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "rest_framework",
     "drf_spectacular",
+    "drf_spectacular_sidecar",
     "django_prometheus",
     "channels",
     "queues",
@@ -70,6 +71,8 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # First and last: django-prometheus times the whole chain (request metrics on /metrics).
+    "django_prometheus.middleware.PrometheusBeforeMiddleware",
     "taskforge.middleware.RequestIdMiddleware",
     "taskforge.middleware.BodyLimitMiddleware",
     "django.middleware.security.SecurityMiddleware",
@@ -80,6 +83,7 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "django_prometheus.middleware.PrometheusAfterMiddleware",
 ]
 
 ROOT_URLCONF = "taskforge.urls"
@@ -161,6 +165,20 @@ SPECTACULAR_SETTINGS = {
     "DESCRIPTION": "Self-hosted distributed task queue. See README.md for the full contract.",
     "VERSION": "1.0.0",
     "SERVE_INCLUDE_SCHEMA": False,
+    # The schema and its docs hold no data: served to anyone, whatever key is sent.
+    "SERVE_AUTHENTICATION": [],
+    "SERVE_PERMISSIONS": ["rest_framework.permissions.AllowAny"],
+    # Swagger UI from our own static files (drf-spectacular-sidecar), never a CDN.
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+    "COMPONENT_SPLIT_REQUEST": True,
+    "ENUM_GENERATE_CHOICE_DESCRIPTION": False,
+    "ENUM_NAME_OVERRIDES": {"TaskStatusEnum": "queues.models.Status", "ErrorCodeEnum": "queues.schema.ERROR_CODES"},
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "taskforge.openapi.postprocess",
+    ],
 }
 
 # --- Security -----------------------------------------------------------------
@@ -203,12 +221,11 @@ LOGGING = {
     "filters": {"request_id": {"()": "taskforge.middleware.RequestIdFilter"}},
     "formatters": {
         "json": {
-            "()": "pythonjsonlogger.json.JsonFormatter",
+            "()": "taskforge.logs.JsonFormatter",
             "fmt": "%(asctime)s %(levelname)s %(name)s %(message)s",
             "rename_fields": {"asctime": "ts", "levelname": "level", "name": "logger"},
-            "datefmt": "%Y-%m-%dT%H:%M:%S%z",
         },
-        "text": {"format": "%(asctime)s %(levelname)-7s %(name)s %(message)s"},
+        "text": {"()": "taskforge.logs.TextFormatter"},
     },
     "handlers": {
         "stdout": {

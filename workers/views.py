@@ -14,7 +14,7 @@ from queues import dispatch, lifecycle, representations
 from queues.lookups import queue_or_404
 from queues.observe import queue_name
 from taskforge.errors import error_body
-from workers import registry
+from workers import registry, schema
 from workers.longpoll import LongPollView, finish_later
 from workers.serializers import (
     AckBatchSerializer,
@@ -48,6 +48,7 @@ def _claimed(rows: list[dict[str, Any]]) -> dict[str, Any]:
     return {"tasks": [representations.task(row, queue_name(row["queue_id"]), with_lease=True) for row in rows]}
 
 
+@schema.claim_schema
 class ClaimView(LongPollView):
     """A long poll waits on the event loop (see workers.longpoll), not in a thread."""
 
@@ -70,6 +71,7 @@ class ClaimView(LongPollView):
         return finish_later(response, wait)
 
 
+@schema.heartbeat_schema
 class HeartbeatView(APIView):
     roles = {"POST": WORKER}
 
@@ -80,6 +82,7 @@ class HeartbeatView(APIView):
         return Response({"task_id": row["id"], "status": row["status"], "lease_expires_at": row["lease_expires_at"]})
 
 
+@schema.ack_schema
 class AckView(APIView):
     roles = {"POST": WORKER}
 
@@ -95,6 +98,7 @@ class AckView(APIView):
         return Response(_task(row))
 
 
+@schema.nack_schema
 class NackView(APIView):
     roles = {"POST": WORKER}
 
@@ -112,6 +116,7 @@ class NackView(APIView):
         return Response(_task(row))
 
 
+@schema.ack_batch_schema
 class AckBatchView(APIView):
     roles = {"POST": WORKER}
 
@@ -125,6 +130,7 @@ class AckBatchView(APIView):
         )
 
 
+@schema.nack_batch_schema
 class NackBatchView(APIView):
     roles = {"POST": WORKER}
 
@@ -141,6 +147,7 @@ class NackBatchView(APIView):
         )
 
 
+@schema.worker_list_schema
 class WorkerListView(APIView):
     roles = {"GET": ADMIN}
 
