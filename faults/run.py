@@ -1,0 +1,319 @@
+"""Orchestration: start the stack, run each scenario under load, check, summarise.
+
+``python -m faults [--only NAME,...] [--workers N] [--rate R] [--budget SECONDS]``
+
+Per scenario: a fresh queue; producers start; after a warm-up the scenario
+injects its faults (each starts a recovery probe); the load runs for the
+scenario's duration and stops; everything broken is healed; once every task
+of the queue is finished (and leases had time to expire) the checker runs.
+All scenarios but ``pg-restart`` run on the machine's Postgres (a dedicated
+database); ``pg-restart`` runs on a second stack over an embedded Postgres
+that the harness may restart. Exit status 0 only when every check passed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import secrets
+import shutil
+import sys
+import tempfile
+import threading
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+from faults import checker
+from faults.load import Producer, create_queue, probe
+from faults.scenarios import SCENARIOS, Scenario
+from faults.services import EmbeddedPostgres, MachinePostgres, RedisServer
+from faults.stack import LEASE_SECONDS, LOOPS, Proc, Stack
+
+DEFAULT_DATABASE_URL = "postgres://postgres@127.0.0.1:5432/taskforge_faults"
+WARMUP_SECONDS = 2.0
+SETTLE_TIMEOUT_SECONDS = 60.0
+
+
+@dataclass
+class ScenarioRun:
+    scenario: Scenario
+    queue: str
+    harness: Harness
+    faults: list[dict[str, Any]] = field(default_factory=list)
+    notes: dict[str, Any] = field(default_factory=dict)
+    protected: list[Proc] = field(default_factory=list)
+    probes: list[threading.Thread] = field(default_factory=list)
+    probe_tasks: list[str] = field(default_factory=list)
+
+    def fault(self, label: str) -> None:
+        """Record a fault now and measure how long until fresh work completes again."""
+        entry: dict[str, Any] = {"fault": label, "at": time.time(), "probe_s": None}
+        self.faults.append(entry)
+        print(f"    fault: {label}", flush=True)
+
+        def measure() -> None:
+            outcome = probe(self.harness.api_urls, self.harness.stack.producer_key, self.queue)
+            if outcome is not None:
+                task_id, seconds = outcome
+                self.probe_tasks.append(task_id)
+                entry["probe_s"] = round(seconds, 2) if seconds is not None else None
+
+        thread = threading.Thread(target=measure, daemon=True)
+        thread.start()
+        self.probes.append(thread)
+
+
+class Harness:
+    def __init__(self, run_dir: Path, postgres: MachinePostgres | EmbeddedPostgres, workers: int, rate: float) -> None:
+        self.run_dir = run_dir
+        self.postgres = postgres
+        self.redis = RedisServer(run_dir)
+        self.workers = workers
+        self.rate = rate
+        self.stack: Stack
+        # Execution lines carry CLOCK_MONOTONIC; this turns them into wall time.
+        self.mono_to_wall = time.time() - time.monotonic()
+
+    @property
+    def database_url(self) -> str:
+        return self.postgres.url
+
+    def api_urls(self) -> list[str]:
+        return [p.url for p in self.stack.apis()]
+
+    def start(self) -> None:
+        self.postgres.start()
+        self.redis.start()
+        self.stack = Stack(
+            run_dir=self.run_dir,
+            database_url=self.postgres.url,
+            redis_url=self.redis.url,
+            secret_key=secrets.token_urlsafe(50),
+        )
+        self.stack.prepare()
+        for _ in range(2):
+            self.stack.start_api()
+        for command in LOOPS:
+            self.stack.start_loop(command)
+        for _ in range(self.workers):
+            self.stack.start_worker()
+
+    def stop(self) -> None:
+        try:
+            self.stack.stop_all()
+        finally:
+            self.redis.shutdown()
+            self.postgres.stop()
+
+    def heal(self, run: ScenarioRun) -> None:
+        """Back to the nominal stack: Redis up, everything resumed, dead processes replaced."""
+        if self.redis.pid is None:
+            self.redis.start()
+        for proc in self.stack.procs:
+            proc.signal(__import__("signal").SIGCONT)
+        apis = self.stack.apis()
+        if len(apis) < 2:
+            for dead in [p for p in self.stack.procs if p.kind == "api" and not p.alive()][-(2 - len(apis)) :]:
+                self.stack.replace(dead)
+        for command in LOOPS:
+            if not self.stack.loops(command):
+                self.stack.start_loop(command)
+        nominal = [p for p in self.stack.workers() if "-plus" not in p.name and "-minus" not in p.name]
+        for _ in range(self.workers - len(nominal)):
+            self.stack.start_worker()
+
+    def unfinished(self, queue: str) -> int:
+        with psycopg.connect(self.database_url) as conn:
+            return conn.execute(
+                "SELECT count(*) FROM tf_task t JOIN tf_queue q ON q.id = t.queue_id "
+                "WHERE q.name = %s AND t.status NOT IN ('done', 'dead', 'cancelled')",
+                [queue],
+            ).fetchone()[0]
+
+    def run_scenario(self, scenario: Scenario) -> dict[str, Any]:
+        queue = f"faults-{scenario.name}"
+        create_queue(self.api_urls()[0], self.stack.admin_key, queue)
+        run = ScenarioRun(scenario=scenario, queue=queue, harness=self)
+        producer = Producer(apis=self.api_urls, api_key=self.stack.producer_key, queue=queue, rate=self.rate)
+        started = time.monotonic()
+        print(f"\n== {scenario.name}: {scenario.description}", flush=True)
+        producer.start()
+        time.sleep(WARMUP_SECONDS)
+        error = None
+        try:
+            scenario.inject(self, run)
+        except Exception:
+            error = traceback.format_exc()
+        remaining = scenario.load_seconds - (time.monotonic() - started)
+        if remaining > 0:
+            time.sleep(remaining)
+        producer.stop()
+        self.heal(run)
+        settle_started = time.monotonic()
+        while self.unfinished(queue) and time.monotonic() - settle_started < SETTLE_TIMEOUT_SECONDS:
+            time.sleep(0.25)
+        for thread in run.probes:
+            thread.join(SETTLE_TIMEOUT_SECONDS)
+        # Late calls from stale leases (a resumed worker, a retried ack) land now; let them.
+        time.sleep(1.5)
+        while self.unfinished(queue) and time.monotonic() - settle_started < SETTLE_TIMEOUT_SECONDS:
+            time.sleep(0.25)
+        settle = time.monotonic() - settle_started
+
+        accepted = {a.task_id: a.failing for a in producer.accepted}
+        accepted.update({task_id: False for task_id in run.probe_tasks})
+        executions = checker.read_executions(self.stack.exec_dir, self.mono_to_wall)
+        result = checker.check_queue(self.database_url, queue, accepted, executions, LEASE_SECONDS)
+        problems = [f"inject failed:\n{error}"] if error else []
+        if scenario.verify is not None and not error:
+            try:
+                problems += scenario.verify(self, run, result)
+            except Exception:
+                problems.append(f"verify failed:\n{traceback.format_exc()}")
+        for entry in run.faults:
+            entry["drain_s"] = checker.drain_seconds(self.database_url, queue, entry["at"])
+            if entry["drain_s"] is not None:
+                entry["drain_s"] = round(entry["drain_s"], 2)
+        summary = {
+            "scenario": scenario.name,
+            "description": scenario.description,
+            "ok": result.ok and not problems,
+            **result.summary(),
+            "enqueue_retries": producer.retried,
+            "enqueues_given_up": len(producer.given_up),
+            "settle_s": round(settle, 1),
+            "wall_s": round(time.monotonic() - started, 1),
+            "faults": [{k: v for k, v in f.items() if k != "at"} for f in run.faults],
+            "notes": run.notes,
+            "problems": problems,
+            "violation_examples": dict(result.violations),
+        }
+        _print_scenario(summary)
+        return summary
+
+
+def _print_scenario(s: dict[str, Any]) -> None:
+    verdict = "PASS" if s["ok"] else "FAIL"
+    print(
+        f"  {verdict} {s['scenario']}: {s['tasks']} tasks ({s['done']} done, {s['dead']} dead), lost {s['lost']}, "
+        f"stuck {s['stuck']}, duplicates {s['duplicate_executions']} ({s['duplicates_per_10k']}/10k), "
+        f"lease expiries {s['lease_expiries']}, settle {s['settle_s']}s",
+        flush=True,
+    )
+    for f in s["faults"]:
+        print(f"    recovery after '{f['fault']}': probe {f['probe_s']}s, drain {f['drain_s']}s")
+    for problem in s["problems"]:
+        print(f"    PROBLEM: {problem}")
+    for rule, examples in s["violation_examples"].items():
+        print(f"    VIOLATION {rule}: {examples}")
+
+
+def _totals(results: list[dict[str, Any]], elapsed: float) -> dict[str, Any]:
+    tasks = sum(r["tasks"] for r in results)
+    duplicates = sum(r["duplicate_executions"] for r in results)
+    recoveries = [f for r in results for f in r["faults"]]
+    return {
+        "scenarios": len(results),
+        "passed": sum(r["ok"] for r in results),
+        "tasks": tasks,
+        "faults_injected": len(recoveries),
+        "lost": sum(r["lost"] for r in results),
+        "stuck": sum(r["stuck"] for r in results),
+        "duplicate_executions": duplicates,
+        "duplicates_per_10k": round(10_000 * duplicates / tasks, 1) if tasks else 0.0,
+        "duplicate_completions": sum(r["duplicate_completions"] for r in results),
+        "violations": sum(sum(r["violations"].values()) for r in results),
+        "max_probe_recovery_s": max((f["probe_s"] for f in recoveries if f["probe_s"] is not None), default=None),
+        "max_drain_recovery_s": max((f["drain_s"] for f in recoveries if f["drain_s"] is not None), default=None),
+        "wall_s": round(elapsed, 1),
+    }
+
+
+def _print_totals(results: list[dict[str, Any]], totals: dict[str, Any]) -> None:
+    print("\n== summary")
+    print(f"{'scenario':<18} {'ok':<4} {'tasks':>6} {'lost':>5} {'dup/10k':>8} {'expired':>8} {'max probe s':>12} "
+          f"{'max drain s':>12}")  # fmt: skip
+    for r in results:
+        probes = [f["probe_s"] for f in r["faults"] if f["probe_s"] is not None]
+        drains = [f["drain_s"] for f in r["faults"] if f["drain_s"] is not None]
+        print(
+            f"{r['scenario']:<18} {'yes' if r['ok'] else 'NO':<4} {r['tasks']:>6} {r['lost']:>5} "
+            f"{r['duplicates_per_10k']:>8} {r['lease_expiries']:>8} {max(probes, default='-'):>12} "
+            f"{max(drains, default='-'):>12}"
+        )
+    print(
+        f"\ntasks {totals['tasks']}, faults injected {totals['faults_injected']}, lost {totals['lost']}, "
+        f"duplicate executions {totals['duplicate_executions']} ({totals['duplicates_per_10k']} per 10k tasks), "
+        f"invariant violations {totals['violations']}, scenarios passed {totals['passed']}/{totals['scenarios']}, "
+        f"wall {totals['wall_s']}s"
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m faults", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--only", default="", help="comma-separated scenario names (default: all)")
+    parser.add_argument("--workers", type=int, default=6, help="reference workers (4-8)")
+    parser.add_argument("--rate", type=float, default=20.0, help="enqueues per second")
+    parser.add_argument("--budget", type=float, default=570.0, help="skip scenarios that would start after this")
+    parser.add_argument(
+        "--database-url",
+        default=os.environ.get("TASKFORGE_FAULTS_DATABASE_URL", DEFAULT_DATABASE_URL),
+        help="a database the harness may drop and recreate (never a shared one)",
+    )
+    parser.add_argument("--keep", action="store_true", help="keep the run directory (logs) even when all pass")
+    args = parser.parse_args(argv)
+    chosen = [s for s in SCENARIOS if not args.only or s.name in args.only.split(",")]
+    if not chosen:
+        parser.error(f"no scenario matches {args.only!r}; known: {', '.join(s.name for s in SCENARIOS)}")
+
+    run_dir = Path(tempfile.mkdtemp(prefix="taskforge-faults-"))
+    print(f"run directory (logs, execution log, summary): {run_dir}", flush=True)
+    started = time.monotonic()
+    results: list[dict[str, Any]] = []
+    on_machine = [s for s in chosen if not s.restartable_postgres]
+    groups = [
+        ("machine Postgres", lambda d: MachinePostgres(args.database_url), on_machine),
+        ("embedded Postgres", EmbeddedPostgres, [s for s in chosen if s.restartable_postgres]),
+    ]
+    for label, make_postgres, scenarios in groups:
+        if not scenarios:
+            continue
+        group_dir = run_dir / label.split()[0]
+        group_dir.mkdir()
+        harness = Harness(group_dir, make_postgres(group_dir), workers=args.workers, rate=args.rate)
+        print(f"\n== starting the stack on the {label}", flush=True)
+        try:
+            harness.start()
+            for scenario in scenarios:
+                if time.monotonic() - started > args.budget:
+                    print(f"  SKIPPED {scenario.name}: over the {args.budget:.0f}s budget")
+                    continue
+                results.append(harness.run_scenario(scenario))
+        except Exception:
+            traceback.print_exc()
+            results.append({"scenario": f"stack ({label})", "ok": False, "tasks": 0, "lost": 0, "stuck": 0,
+                            "duplicate_executions": 0, "duplicate_completions": 0, "duplicates_per_10k": 0.0,
+                            "lease_expiries": 0, "violations": {"harness error": 1}, "faults": []})  # fmt: skip
+        finally:
+            harness.stop()
+
+    totals = _totals(results, time.monotonic() - started)
+    _print_totals(results, totals)
+    (run_dir / "summary.json").write_text(json.dumps({"totals": totals, "scenarios": results}, indent=2, default=str))
+    print(f"summary: {run_dir / 'summary.json'}")
+    ok = results and all(r["ok"] for r in results) and totals["lost"] == 0
+    if ok and not args.keep:
+        for sub in run_dir.iterdir():
+            if sub.is_dir():
+                shutil.rmtree(sub, ignore_errors=True)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

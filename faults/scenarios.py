@@ -1,0 +1,403 @@
+"""The faults, one scenario each, injected while the steady load runs.
+
+A scenario's ``inject`` runs after a short warm-up and records every fault
+with ``run.fault(label)`` (its time starts a recovery probe); its optional
+``verify`` adds checks of its own to the checker's. Every process is
+targeted by pid; everything a scenario breaks is healed before the checker
+runs (``Harness.heal``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import psycopg
+
+from faults.services import terminate_backends
+from faults.stack import LEASE_SECONDS, LOOPS, Proc, skewed_env
+
+if TYPE_CHECKING:
+    from faults.checker import CheckResult
+    from faults.run import Harness, ScenarioRun
+
+FAILPOINTS = "claim.after_commit=2%kill,ack.after_commit=2%kill,enqueue.after_commit=2%kill"
+
+
+@dataclass
+class Scenario:
+    name: str
+    description: str
+    inject: Callable[[Harness, ScenarioRun], None]
+    load_seconds: float = 10.0
+    verify: Callable[[Harness, ScenarioRun, CheckResult], list[str]] | None = None
+    restartable_postgres: bool = False
+    notes: dict[str, Any] = field(default_factory=dict)
+
+
+# -- helpers ---------------------------------------------------------------------------
+
+
+def busy_worker(h: Harness, run: ScenarioRun, timeout: float = 10.0) -> Proc:
+    """A live worker that holds at least one task of this scenario's queue right now."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with psycopg.connect(h.database_url) as conn:
+            holders = [
+                row[0]
+                for row in conn.execute(
+                    "SELECT t.claimed_by FROM tf_task t JOIN tf_queue q ON q.id = t.queue_id "
+                    "WHERE q.name = %s AND t.status IN ('claimed', 'executing') GROUP BY 1 ORDER BY count(*) DESC",
+                    [run.queue],
+                )
+            ]
+        for worker_id in holders:
+            proc = h.stack.by_worker_id(worker_id)
+            if proc is not None and proc.alive() and proc not in run.protected:
+                return proc
+        time.sleep(0.1)
+    raise RuntimeError("no worker held a task within 10 s: is the load flowing?")
+
+
+def held_by(h: Harness, worker_id: str) -> list[str]:
+    with psycopg.connect(h.database_url) as conn:
+        return [
+            str(row[0])
+            for row in conn.execute(
+                "SELECT id FROM tf_task WHERE claimed_by = %s AND status IN ('claimed', 'executing')", [worker_id]
+            )
+        ]
+
+
+def log_events(proc: Proc, since_wall: float = 0.0) -> list[dict[str, Any]]:
+    """The reference worker's JSON log lines (optionally only those after a wall time)."""
+    from datetime import datetime
+
+    lines = []
+    for raw in proc.log.read_text(errors="replace").splitlines():
+        try:
+            line = json.loads(raw)
+        except ValueError:
+            continue
+        if not isinstance(line, dict):
+            continue
+        stamp = line.get("time")
+        if since_wall and stamp and datetime.fromisoformat(stamp).timestamp() < since_wall:
+            continue
+        lines.append(line)
+    return lines
+
+
+# -- workers ------------------------------------------------------------------------------
+
+
+def worker_kill9(h: Harness, run: ScenarioRun) -> None:
+    for _ in range(2):
+        victim = busy_worker(h, run)
+        tasks = held_by(h, victim.worker_id)
+        h.stack.kill(victim)
+        run.fault(f"kill -9 worker {victim.worker_id} (pid {victim.pid}) holding {len(tasks)} task(s)")
+        run.notes.setdefault("orphaned", []).extend(tasks)
+        h.stack.start_worker()
+        time.sleep(3)
+
+
+def verify_worker_kill9(h: Harness, run: ScenarioRun, result: CheckResult) -> list[str]:
+    # Each orphaned task was reclaimed by lease expiry and then finished by someone else.
+    if result.lease_expiries < 1:
+        return ["killed workers held tasks, yet no lease expired"]
+    return []
+
+
+def worker_stop_cont(h: Harness, run: ScenarioRun) -> None:
+    victim = busy_worker(h, run)
+    run.protected.append(victim)  # heal() must not restart it: it is only paused
+    tasks = held_by(h, victim.worker_id)
+    victim.signal(signal.SIGSTOP)
+    run.fault(f"kill -STOP worker {victim.worker_id} (pid {victim.pid}) holding {len(tasks)} task(s)")
+    time.sleep(LEASE_SECONDS + 3)  # longer than the lease: the watchdog hands its tasks to others
+    victim.signal(signal.SIGCONT)
+    run.notes["continued_at"] = time.time()
+    run.notes["paused_worker"] = victim.worker_id
+    run.notes["paused_tasks"] = tasks
+    run.fault(f"kill -CONT worker {victim.worker_id}")
+    time.sleep(4)
+
+
+def verify_worker_stop_cont(h: Harness, run: ScenarioRun, result: CheckResult) -> list[str]:
+    problems = []
+    proc = h.stack.by_worker_id(run.notes["paused_worker"])
+    assert proc is not None
+    refused = [
+        line
+        for line in log_events(proc, since_wall=run.notes["continued_at"] - 1)
+        if line.get("event") == "task.lease_lost" and line.get("task_id") in run.notes["paused_tasks"]
+    ]
+    run.notes["late_calls_refused_409"] = len(refused)
+    if not refused:
+        problems.append("the paused worker's late heartbeat/ack was not refused with lease_lost (409)")
+    with psycopg.connect(h.database_url) as conn:
+        done_by_paused = conn.execute(
+            "SELECT count(*) FROM tf_task WHERE id = ANY(%s::uuid[]) AND status = 'done' AND claimed_by = %s",
+            [run.notes["paused_tasks"], run.notes["paused_worker"]],
+        ).fetchone()[0]
+    if done_by_paused:
+        problems.append(f"{done_by_paused} task(s) held at the pause were completed by the paused worker")
+    if not proc.alive():
+        problems.append("the paused worker died after SIGCONT")
+    return problems
+
+
+def worker_sigterm(h: Harness, run: ScenarioRun) -> None:
+    victim = busy_worker(h, run)
+    run.notes["drained_worker"] = victim.worker_id
+    run.notes["held_at_sigterm"] = held_by(h, victim.worker_id)
+    victim.signal(signal.SIGTERM)
+    run.fault(f"SIGTERM worker {victim.worker_id} (pid {victim.pid})")
+    started = time.monotonic()
+    try:
+        run.notes["exit_code"] = victim.popen.wait(30)
+    except subprocess.TimeoutExpired:
+        run.notes["exit_code"] = None  # verify reports it
+    run.notes["drain_seconds"] = round(time.monotonic() - started, 2)
+    h.stack.start_worker()
+
+
+def verify_worker_sigterm(h: Harness, run: ScenarioRun, result: CheckResult) -> list[str]:
+    problems = []
+    if run.notes.get("exit_code") != 0:
+        problems.append(f"worker did not exit 0 after SIGTERM (exit code {run.notes.get('exit_code')})")
+    with psycopg.connect(h.database_url) as conn:
+        expired = conn.execute(
+            "SELECT count(*) FROM tf_task_event WHERE task_id = ANY(%s::uuid[]) AND worker_id IS NULL "
+            "AND from_status IN ('claimed', 'executing') AND to_status IN ('retry', 'dead')",
+            [run.notes["held_at_sigterm"]],
+        ).fetchone()[0]
+    if expired:
+        problems.append(f"{expired} task(s) of the drained worker waited for lease expiry (graceful drain failed)")
+    return problems
+
+
+# -- loops -------------------------------------------------------------------------------
+
+
+def loop_kill9(h: Harness, run: ScenarioRun) -> None:
+    for command in LOOPS:
+        (victim,) = h.stack.loops(command)[:1]
+        h.stack.kill(victim)
+        run.fault(f"kill -9 {command} (pid {victim.pid})")
+        if command == "run_watchdog":
+            # While no watchdog runs, an orphaned lease cannot be reclaimed: make one.
+            worker = busy_worker(h, run)
+            h.stack.kill(worker)
+            run.fault(f"kill -9 worker {worker.worker_id} while the watchdog is down")
+            h.stack.start_worker()
+            time.sleep(LEASE_SECONDS + 1)
+        else:
+            time.sleep(2)
+        h.stack.replace(victim)
+
+
+def loops_doubled(h: Harness, run: ScenarioRun) -> None:
+    extra = [h.stack.start_loop(command, tag="-copy") for command in LOOPS]
+    run.fault("second copy of scheduler, dispatcher and watchdog started")
+    time.sleep(2)
+    worker = busy_worker(h, run)
+    h.stack.kill(worker)  # two watchdogs now race for the same expired leases
+    run.fault(f"kill -9 worker {worker.worker_id} (two watchdogs race for its leases)")
+    h.stack.start_worker()
+    time.sleep(LEASE_SECONDS + 2)
+    for proc in extra:
+        h.stack.stop(proc)
+
+
+# -- API -----------------------------------------------------------------------------------
+
+
+def api_kill9(h: Harness, run: ScenarioRun) -> None:
+    for _ in range(3):
+        master = h.stack.apis()[0]
+        children = master.children()
+        if not children:
+            time.sleep(1)
+            continue
+        pid = children[0]
+        os.kill(pid, signal.SIGKILL)
+        run.fault(f"kill -9 API worker process {pid} of {master.name} mid-request")
+        time.sleep(2.5)
+    master = h.stack.apis()[-1]
+    h.stack.kill(master)
+    run.fault(f"kill -9 API server {master.name} (master pid {master.pid} and its workers)")
+    time.sleep(1)
+    h.stack.replace(master)
+    run.fault(f"API server on {master.url} restarted")
+
+
+def failpoints(h: Harness, run: ScenarioRun) -> None:
+    target = h.stack.apis()[-1]
+    h.stack.stop(target)
+    broken = h.stack.start_api(port=int(target.url.rsplit(":", 1)[1]), extra_env={"TASKFORGE_FAILPOINTS": FAILPOINTS})
+    run.fault(f"API server {broken.name} restarted with failpoints {FAILPOINTS}")
+    (watchdog,) = h.stack.loops("run_watchdog")[:1]
+    h.stack.stop(watchdog)
+    watchdog_env = {"TASKFORGE_FAILPOINTS": "watchdog.after_expire=kill"}
+    watchdog = h.stack.start_loop("run_watchdog", extra_env=watchdog_env, tag="-fp")
+    run.fault("watchdog restarted with failpoint watchdog.after_expire=kill")
+    deaths = 0
+    deadline = time.monotonic() + 12
+    while time.monotonic() < deadline:
+        # Like a supervisor: a watchdog that died right after committing an expiry is restarted.
+        if not watchdog.alive():
+            deaths += 1
+            run.fault(f"watchdog killed itself after an expiry commit (#{deaths}); restarted")
+            watchdog = h.stack.start_loop("run_watchdog", extra_env=watchdog_env, tag="-fp")
+        time.sleep(0.2)
+    run.notes["watchdog_failpoint_kills"] = deaths
+    run.notes["api_failpoint_kills"] = _api_worker_deaths(broken)
+    h.stack.stop(watchdog)
+    h.stack.start_loop("run_watchdog")
+    h.stack.stop(broken)
+    h.stack.start_api(port=int(broken.url.rsplit(":", 1)[1]))
+    run.fault("failpoints off: API server and watchdog restarted without them")
+
+
+def _api_worker_deaths(proc: Proc) -> int:
+    # gunicorn's master logs each worker process that died of SIGKILL.
+    return proc.log.read_text(errors="replace").count("was sent SIGKILL")
+
+
+def verify_failpoints(h: Harness, run: ScenarioRun, result: CheckResult) -> list[str]:
+    return [] if run.notes.get("api_failpoint_kills") else ["no API process was killed by a failpoint"]
+
+
+# -- Redis ---------------------------------------------------------------------------------
+
+
+def redis_flushall(h: Harness, run: ScenarioRun) -> None:
+    for _ in range(2):
+        h.redis.flushall()
+        run.fault("Redis FLUSHALL")
+        time.sleep(3)
+
+
+def redis_down(h: Harness, run: ScenarioRun) -> None:
+    h.redis.shutdown()
+    run.fault("Redis shut down")
+    time.sleep(10)
+    h.redis.start()
+    run.fault("Redis started again (empty)")
+    time.sleep(2)
+
+
+def garbage_ids(h: Harness, run: ScenarioRun) -> None:
+    with psycopg.connect(h.database_url) as conn:
+        foreign = [str(r[0]) for r in conn.execute("SELECT id FROM tf_task WHERE status = 'done' LIMIT 20")]
+    client = h.redis.client()
+    ready, scheduled = f"tf:{{{run.queue}}}:ready", f"tf:{{{run.queue}}}:scheduled"
+    for round_ in range(5):
+        junk = ["not-a-uuid", "", "\x00\xff", str(uuid.uuid4()), str(uuid.uuid4()).upper(), *foreign]
+        client.zadd(ready, {member: 0 for member in junk})  # score 0: ahead of every real task
+        client.zadd(scheduled, {f"0|{member}": 0 for member in junk[:4]} | {"garbage": 0})
+        client.sadd("tf:scheduled-queues", run.queue)
+        run.fault(f"garbage ids pushed into {ready} and {scheduled} (round {round_ + 1})")
+        time.sleep(1.5)
+    run.notes["foreign_done_ids"] = foreign
+
+
+def verify_garbage(h: Harness, run: ScenarioRun, result: CheckResult) -> list[str]:
+    with psycopg.connect(h.database_url) as conn:
+        changed = conn.execute(
+            "SELECT count(*) FROM tf_task_event WHERE task_id = ANY(%s::uuid[]) AND from_status = 'done'",
+            [run.notes["foreign_done_ids"]],
+        ).fetchone()[0]
+    return [f"{changed} done task(s) pushed as garbage moved again"] if changed else []
+
+
+# -- Postgres ---------------------------------------------------------------------------------
+
+
+def pg_terminate(h: Harness, run: ScenarioRun) -> None:
+    for _ in range(3):
+        killed = terminate_backends(h.database_url)
+        run.fault(f"pg_terminate_backend of all {killed} TaskForge connections")
+        time.sleep(2.5)
+
+
+def pg_restart(h: Harness, run: ScenarioRun) -> None:
+    for _ in range(2):
+        run.fault("Postgres fast restart (pg_ctl restart -m fast)")
+        took = h.postgres.restart_fast()
+        run.notes.setdefault("restart_seconds", []).append(round(took, 2))
+        time.sleep(4)
+
+
+# -- clocks -------------------------------------------------------------------------------------
+
+
+def clock_skew(h: Harness, run: ScenarioRun) -> None:
+    extra = [
+        h.stack.start_worker(extra_env=skewed_env("+1h"), tag="-plus1h"),
+        h.stack.start_worker(extra_env=skewed_env("-1h"), tag="-minus1h"),
+        h.stack.start_loop("run_watchdog", extra_env=skewed_env("+1h"), tag="-plus1h"),
+        h.stack.start_loop("run_scheduler", extra_env=skewed_env("-1h"), tag="-minus1h"),
+        h.stack.start_loop("run_dispatcher", extra_env=skewed_env("+1h"), tag="-plus1h"),
+    ]
+    run.fault("workers at +1h/-1h, watchdog +1h, scheduler -1h, dispatcher +1h joined")
+    time.sleep(8)
+    run.notes["skewed_worker_tasks"] = {
+        p.worker_id: len([e for e in log_events(p) if e.get("event") in ("task.acked", "ack.batch")])
+        for p in extra
+        if p.kind == "worker"
+    }
+    for proc in extra:
+        h.stack.stop(proc)
+
+
+def verify_clock_skew(h: Harness, run: ScenarioRun, result: CheckResult) -> list[str]:
+    problems = []
+    if result.lease_expiries:
+        problems.append(f"{result.lease_expiries} lease(s) expired although no worker failed")
+    if not any(run.notes.get("skewed_worker_tasks", {}).values()):
+        problems.append("the skewed workers completed no task")
+    return problems
+
+
+def baseline(h: Harness, run: ScenarioRun) -> None:
+    time.sleep(4)
+
+
+SCENARIOS = [
+    Scenario("baseline", "no fault: the load alone", baseline, load_seconds=8),
+    Scenario("worker-kill9", "kill -9 a worker mid-task (twice)", worker_kill9, 12, verify_worker_kill9),
+    Scenario(
+        "worker-stop-cont",
+        "kill -STOP a worker for longer than the lease, then kill -CONT",
+        worker_stop_cont,
+        14,
+        verify_worker_stop_cont,
+    ),
+    Scenario("worker-sigterm", "SIGTERM a busy worker: graceful drain", worker_sigterm, 12, verify_worker_sigterm),
+    Scenario("loop-kill9", "kill -9 scheduler, dispatcher and watchdog, restart each", loop_kill9, 16),
+    Scenario("loops-doubled", "two copies of every loop at once", loops_doubled, 12),
+    Scenario("api-kill9", "kill -9 API processes mid-request, and a whole API server", api_kill9, 16),
+    Scenario(
+        "failpoints",
+        "crash between commit and response (claim, ack, enqueue, watchdog)",
+        failpoints,
+        18,
+        verify_failpoints,
+    ),
+    Scenario("redis-flushall", "Redis FLUSHALL under load (twice)", redis_flushall, 10),
+    Scenario("redis-down", "Redis shut down for 10 s, then restarted empty", redis_down, 17),
+    Scenario("garbage-ids", "unknown, done and malformed ids in the dispatch sets", garbage_ids, 10, verify_garbage),
+    Scenario("pg-terminate", "pg_terminate_backend of TaskForge's connections (3 times)", pg_terminate, 10),
+    Scenario("clock-skew", "a worker and loops with clocks skewed by +-1 h", clock_skew, 12, verify_clock_skew),
+    Scenario("pg-restart", "fast Postgres restart under load (twice)", pg_restart, 12, restartable_postgres=True),
+]
