@@ -87,7 +87,6 @@ def main() -> int:
     kind = os.environ.get("BENCH_WORKER") or ("reference" if reference_worker_available() else "harness")
     ctx.worker_kind = kind
     if kind == "reference":
-        # The reference worker claims as many tasks as it has free slots: 50 slots = claims of up to 50.
         ctx.extra["reference_worker_args"] = ["--log-format", "text"]
     document: dict[str, Any] = {
         "started_at": datetime.now(UTC).isoformat(),

@@ -16,7 +16,7 @@ from typing import Any
 import redis
 
 from bench.context import Context
-from bench.stack import celery_broker_url, redis_url_for_db
+from bench.stack import celery_broker_url, redis_url_for_db, tree_cpu_seconds
 
 
 def _urls(ctx: Context) -> tuple[str, str]:
@@ -55,6 +55,7 @@ def drain(ctx: Context, count: int) -> dict[str, Any]:
             if time.monotonic() > deadline:
                 raise RuntimeError(f"Celery ran {int(r.get(celery_app.DONE_KEY) or 0)} of {count} tasks in time")
             time.sleep(0.01)
+        worker_cpu = tree_cpu_seconds(worker.pid)
     finally:
         ctx.supervisor.stop(worker, grace=10)
     done = int(r.get(celery_app.DONE_KEY) or 0)
@@ -66,4 +67,5 @@ def drain(ctx: Context, count: int) -> dict[str, Any]:
         "rate": count / (last - first),
         "rate_from_spawn": count / (last - spawned),
         "enqueue_rate": enqueue_rate,
+        "worker_cpu_ms_per_task": worker_cpu * 1000 / count,
     }

@@ -116,7 +116,9 @@ class Context:
                 argv = [
                     self.stack.python, "-m", "workers",
                     "--handler", "bench.handlers:stamp" if stamp else "bench.handlers:noop",
-                    "--queue", queue, "--concurrency", str(concurrency), "--worker-id", worker_id,
+                    # It claims as many tasks as it has free slots: 50 slots = claims of up to 50.
+                    "--queue", queue, "--concurrency", str(max_tasks), "--worker-id", worker_id,
+                    "--wait-seconds", str(wait),
                 ]  # fmt: skip
                 argv += self.extra.get("reference_worker_args", [])
             elif kind == "harness":

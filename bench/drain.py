@@ -16,6 +16,7 @@ from typing import Any
 
 from bench import celery_peer
 from bench.context import Context
+from bench.stack import tree_cpu_seconds
 
 HISTORY_QUEUE = "bench_w6"
 
@@ -25,11 +26,16 @@ def _drain(ctx: Context, workload: str, queue: str, queue_id: uuid.UUID, count: 
     with ctx.stack.connect() as pg:
         pg.execute("ANALYZE tf_task")
     ctx.begin_measure()
+    api_cpu = ctx.stack.api_cpu_seconds()
     spawned = time.time()
     workers = ctx.start_workers(queue, kind=kind, label=workload.lower())
     ctx.wait_drained(queue_id, workers, ctx.cfg.drain_timeout)
+    api_cpu = ctx.stack.api_cpu_seconds() - api_cpu
+    worker_cpu = sum(tree_cpu_seconds(child.pid) for child in workers)
     ctx.stop_workers(workers)
     result = ctx.check_exactly_once(workload, ids)
+    result["api_cpu_ms_per_task"] = api_cpu * 1000 / count
+    result["worker_cpu_ms_per_task"] = worker_cpu * 1000 / count
     active = result["last_done"] - result["first_claim"]
     result["rate"] = count / active
     result["rate_from_spawn"] = count / (result["last_done"] - spawned)
@@ -46,6 +52,8 @@ def w3(ctx: Context, run: int) -> None:
     result = w3_batch(ctx, run)
     ctx.figures.add("W3", "drain tasks/s (batch)", result["rate"])
     ctx.figures.add("W3", "drain tasks/s incl. worker start", result["rate_from_spawn"])
+    ctx.figures.add("W3", "API CPU per task (batch)", result["api_cpu_ms_per_task"])
+    ctx.figures.add("W3", "worker CPU per task (batch)", result["worker_cpu_ms_per_task"])
     ctx.extra.setdefault("w3_rates", []).append(result["rate"])
 
     ctx.stack.reset_state()
@@ -55,6 +63,7 @@ def w3(ctx: Context, run: int) -> None:
     celery = celery_peer.drain(ctx, cfg.celery_tasks)
     ctx.figures.add("W3", "Celery drain tasks/s (prefork -c 2)", celery["rate"])
     ctx.figures.add("W3", "Celery drain tasks/s incl. worker start", celery["rate_from_spawn"])
+    ctx.figures.add("W3", "Celery worker CPU per task", celery["worker_cpu_ms_per_task"])
     ctx.figures.add("W3", "TaskForge / Celery drain", result["rate"] / celery["rate"])
 
 
@@ -137,9 +146,12 @@ def define(ctx: Context) -> None:
     history = f"{ctx.cfg.w6_history:,}"
     f.define("W3", "drain tasks/s (batch)", "tasks/s", (">=", 4000))
     f.define("W3", "drain tasks/s incl. worker start", "tasks/s")
+    f.define("W3", "API CPU per task (batch)", "ms")
+    f.define("W3", "worker CPU per task (batch)", "ms", note="reference worker processes, incl. start-up")
     f.define("W3", "drain tasks/s (naive: max_tasks=1, single acks)", "tasks/s")
     f.define("W3", "Celery drain tasks/s (prefork -c 2)", "tasks/s")
     f.define("W3", "Celery drain tasks/s incl. worker start", "tasks/s")
+    f.define("W3", "Celery worker CPU per task", "ms", note="celery master + pool processes, incl. start-up")
     f.define("W3", "TaskForge / Celery drain", "x", (">=", 3))
     f.define("W3b", "end-to-end tasks/s", "tasks/s", (">=", 3000))
     f.define("W3b", "producer tasks/s (while draining)", "tasks/s")

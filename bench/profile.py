@@ -1,9 +1,11 @@
 """Sampling profiles (py-spy) of the API worker processes while a workload runs.
 
 Profiles come from an extra, unscored run so the sampler never skews a
-figure. The raw stacks are kept next to the logs; the results JSON holds a
-summary: where the samples' leaf frames were (by library), and the functions
-with the largest inclusive share.
+figure. Only threads holding the GIL are sampled (``--gil``): that is where
+the CPU goes, which is what limits throughput on two cores. The raw stacks
+are kept next to the logs; the results JSON holds a summary: where the
+samples' leaf frames were (by library), and the functions with the largest
+inclusive share.
 """
 
 from __future__ import annotations
@@ -57,7 +59,8 @@ class Profiler:
         py_spy = str(Path(sys.executable).parent / "py-spy")
         for pid in self.ctx.stack.api_worker_pids():
             out = self.ctx.log_dir / f"profile-{self.name}-{pid}.txt"
-            argv = [py_spy, "record", "--pid", str(pid), "--rate", "100", "--nonblocking", "--format", "raw", "--full-filenames",
+            argv = [py_spy, "record", "--pid", str(pid), "--rate", "100", "--nonblocking", "--gil",
+                    "--format", "raw", "--full-filenames",
                     "--duration", str(max(1, int(self.seconds))), "--output", str(out)]  # fmt: skip
             self.children.append(self.ctx.supervisor.spawn(f"py-spy-{self.name}-{pid}", argv, {}))
             self.outputs.append(out)

@@ -29,6 +29,34 @@ from bench.procs import ROOT, Child, Supervisor
 LOOPS = ("run_scheduler", "run_dispatcher", "run_watchdog")
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of one process (0 once it is gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    # After the command name: state is field 3, utime and stime are fields 14 and 15 (proc(5)).
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def descendants(pid: int) -> list[int]:
+    found, todo = [], [pid]
+    while todo:
+        current = todo.pop()
+        found.append(current)
+        for task in Path(f"/proc/{current}/task").glob("*"):
+            try:
+                todo.extend(int(child) for child in (task / "children").read_text().split())
+            except OSError:
+                pass
+    return found
+
+
+def tree_cpu_seconds(pid: int) -> float:
+    """CPU time of a process and everything under it (a worker and its pool processes)."""
+    return sum(cpu_seconds(p) for p in descendants(pid))
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -157,6 +185,10 @@ class Stack:
             return [int(pid) for pid in children.read_text().split()]
         except OSError:
             return []
+
+    def api_cpu_seconds(self) -> float:
+        """CPU time (user + system) used so far by the gunicorn workers: a figure noise barely moves."""
+        return sum(cpu_seconds(pid) for pid in self.api_worker_pids())
 
     def check_alive(self) -> None:
         for child in [self.api, *self.loops]:
