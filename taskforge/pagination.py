@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import re
 import uuid
 from datetime import datetime
 from typing import Any
@@ -12,6 +13,8 @@ import orjson
 from rest_framework.exceptions import ValidationError
 
 from taskforge.fields import parse_aware_datetime
+
+_DIGITS = re.compile(r"[0-9]{1,6}")
 
 
 def encode_cursor(at: datetime, row_id: uuid.UUID) -> str:
@@ -23,6 +26,8 @@ def decode_cursor(cursor: str) -> tuple[datetime, uuid.UUID]:
     try:
         padded = cursor + "=" * (-len(cursor) % 4)
         at, row_id = orjson.loads(base64.urlsafe_b64decode(padded.encode()))
+        if not isinstance(row_id, str):
+            raise TypeError("cursor id must be a string")  # uuid.UUID(5) raises AttributeError, not ValueError
         return parse_aware_datetime(at), uuid.UUID(row_id)
     except (ValueError, TypeError, binascii.Error, orjson.JSONDecodeError):
         raise ValidationError({"cursor": ["Malformed cursor."]}) from None
@@ -72,7 +77,8 @@ class QueryParams:
         value = self.params.get("limit")
         if value is None:
             return default
-        if not value.isdigit() or not 1 <= int(value) <= maximum:
+        # ASCII digits only: str.isdigit() also takes "²", which int() refuses.
+        if not _DIGITS.fullmatch(value) or not 1 <= int(value) <= maximum:
             raise ValidationError({"limit": [f"Must be an integer between 1 and {maximum}."]})
         return int(value)
 
