@@ -16,6 +16,7 @@ from taskforge.fields import (
     StrictCharField,
     StrictIntegerField,
     StrictSerializer,
+    StrictUUIDField,
 )
 
 MAX_SCHEDULE_AHEAD = timedelta(days=365)
@@ -86,7 +87,7 @@ class EnqueueBatchSerializer(StrictSerializer):
 
 class BulkReplaySerializer(StrictSerializer):
     ids = serializers.ListField(
-        child=serializers.UUIDField(), required=False, allow_empty=False, min_length=1, max_length=1000
+        child=StrictUUIDField(), required=False, allow_empty=False, min_length=1, max_length=1000
     )
     all = StrictBooleanField(required=False)
 

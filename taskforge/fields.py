@@ -37,6 +37,15 @@ class StrictCharField(serializers.CharField):
         return super().to_internal_value(data)
 
 
+class StrictUUIDField(serializers.UUIDField):
+    """A UUID given as a string: DRF's own field would also turn an integer into a UUID."""
+
+    def to_internal_value(self, data: Any) -> Any:
+        if not isinstance(data, str):
+            self.fail("invalid", value=data)
+        return super().to_internal_value(data)
+
+
 class JSONObjectField(serializers.Field):
     default_error_messages = {"invalid": "Must be a JSON object."}
 
