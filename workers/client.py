@@ -292,6 +292,10 @@ class TaskForgeClient:
     def stats(self, queue: str) -> Json:
         return self._request("GET", f"/queues/{queue}/stats", retry=True)
 
+    def dead_letters(self, queue: str) -> list[Json]:
+        """The queue's dead-letter entries, newest death first (admin key; first page)."""
+        return self._request("GET", f"/queues/{queue}/dlq", retry=True)["results"]
+
     def create_queue(self, name: str, **settings: Any) -> Json:
         """Create a queue (admin key): ``max_retries``, ``rate_limit``, ``retry_base_ms``..."""
         return self._request("POST", "/queues", json={"name": name, **settings})

@@ -390,6 +390,7 @@ class Runner:
         self.config = config
         self.handler = handler
         self.client = client or TaskForgeClient(config.api_url, config.api_key, timeout=config.request_timeout)
+        # One lock (never taken twice by a thread) guards _in_flight and each Flight's state.
         self._lock = threading.Lock()
         self._slots = threading.Condition(self._lock)
         self._in_flight: dict[str, Flight] = {}
@@ -543,11 +544,11 @@ class Runner:
                 dropped = "the shutdown grace period had run out (it was nacked)"
             elif flight.lost:
                 dropped = "its lease was lost (another worker may run it)"
-                self._forget(flight)
             else:
                 dropped = ""
                 flight.state = REPORTING
         if dropped:
+            self._forget(flight)  # frees the slot: this pool thread is free again
             message = f"task finished but {dropped}: outcome dropped"
             self._log(logging.WARNING, "task.dropped", message, job, duration_ms=elapsed_ms)
             return
