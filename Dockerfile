@@ -25,7 +25,6 @@ FROM python:3.12-slim AS runtime
 ENV PATH=/opt/venv/bin:$PATH \
     PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
-    DJANGO_SETTINGS_MODULE=taskforge.settings \
     PORT=8080
 
 # A fixed numeric id, so Kubernetes' runAsNonRoot can verify it without a

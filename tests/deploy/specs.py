@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import json
+import os
 import re
 import shlex
 from collections.abc import Iterator, Mapping
@@ -187,10 +188,20 @@ def dockerignored(relative: str, patterns: list[str] | None = None) -> bool:
 
 def build_context_files() -> Iterator[str]:
     """Relative paths of the files ``docker build .`` would send."""
-    for path in sorted(ROOT.rglob("*")):
-        relative = path.relative_to(ROOT).as_posix()
-        if path.is_file() and not dockerignored(relative):
-            yield relative
+    patterns = dockerignore_patterns()
+    reincluded = [p.lstrip("!").strip("/") for p in patterns if p.startswith("!")]
+    for directory, subdirectories, files in os.walk(ROOT):
+        base = Path(directory).relative_to(ROOT).as_posix()
+        prefix = "" if base == "." else f"{base}/"
+        # Skip excluded trees (.venv, .git, ...) unless a ! pattern reaches inside.
+        subdirectories[:] = sorted(
+            name
+            for name in subdirectories
+            if not dockerignored(prefix + name, patterns) or any(p.startswith(prefix + name + "/") for p in reincluded)
+        )
+        for name in sorted(files):
+            if not dockerignored(prefix + name, patterns):
+                yield prefix + name
 
 
 # --- Compose ----------------------------------------------------------------------
