@@ -90,7 +90,11 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response:
             if isinstance(exc, drf.ValidationError):
                 fields = flatten_fields(exc.detail)
                 return Response(error_body(code, _validation_message(fields), fields), status=status)
-            return Response(error_body(code, str(exc.detail)), status=status)
+            response = Response(error_body(code, str(exc.detail)), status=status)
+            # A 401 must say how to authenticate (RFC 9110); DRF's own handler sets this too.
+            if getattr(exc, "auth_header", None):
+                response["WWW-Authenticate"] = exc.auth_header
+            return response
     if isinstance(exc, drf.APIException):
         return Response(
             error_body(getattr(exc, "default_code", "error"), str(exc.detail)),
