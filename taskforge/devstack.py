@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -62,6 +63,9 @@ def main() -> int:
             worker_env = {
                 **env,
                 "TASKFORGE_API_URL": env.get("TASKFORGE_API_URL", f"http://127.0.0.1:{port}"),
+                # The demo workers use the admin key ensure_admin keeps (admin may call the worker protocol).
+                "TASKFORGE_API_KEY": env.get("TASKFORGE_API_KEY")
+                or json.loads((home / "credentials.json").read_text())["api_key"],
             }
             for number in range(workers):
                 children.append(
