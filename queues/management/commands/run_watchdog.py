@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 from django.conf import settings
 
 from queues import lifecycle
@@ -9,6 +11,10 @@ from taskforge.loop import LoopCommand
 
 EXPIRE_BATCH = 500
 PRUNE_BATCH = 1000
+
+# The loop's own logger, at module level: tick() is also called directly (tests, --once),
+# before handle() has set self.logger.
+logger = logging.getLogger("taskforge.loops.watchdog")
 
 
 class Command(LoopCommand):
@@ -23,7 +29,7 @@ class Command(LoopCommand):
         self.last_expired = lifecycle.expire_leases(EXPIRE_BATCH)
         self.last_pruned = lifecycle.prune_finished(PRUNE_BATCH)
         if self.last_expired:
-            self.logger.warning(
+            logger.warning(
                 "reclaimed %d task(s) whose lease expired",
                 self.last_expired,
                 extra={"event": "watchdog.expired", "count": self.last_expired},
