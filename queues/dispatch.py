@@ -26,6 +26,7 @@ import uuid
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any
 
 import redis
@@ -74,6 +75,7 @@ def announce(queue: Queue, rows: Sequence[Row]) -> None:
         return
     ready: dict[str, int] = {}
     later: dict[str, int] = {}
+    horizon = timedelta(seconds=lanes.scheduled_horizon_seconds())
     for row in rows:
         if row["status"] != "pending":
             continue
@@ -81,7 +83,8 @@ def announce(queue: Queue, rows: Sequence[Row]) -> None:
         # updated_at is the moving statement's now(): due means due by Postgres' clock.
         if row["scheduled_at"] <= row["updated_at"]:
             ready[str(row["id"])] = score
-        else:
+        elif row["scheduled_at"] <= row["updated_at"] + horizon:
+            # Due before the scheduler's next load: straight into its working set.
             later[lanes.scheduled_member(row["id"], score)] = lanes.due_ms(row["scheduled_at"])
     if not _redis_usable():
         return

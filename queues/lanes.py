@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 import redis
+from django.conf import settings
 
 from taskforge.redis import redis_client
 
@@ -43,6 +44,11 @@ SCHEDULED_QUEUES_KEY = "tf:scheduled-queues"
 _EPOCH = datetime(2024, 1, 1, tzinfo=UTC)
 _TICKS_PER_SECOND = 100_000
 _PRIORITY_BAND = 9 * 10**14
+
+
+def scheduled_horizon_seconds() -> float:
+    """How far ahead tasks enter the scheduled sets: more than a scheduler tick, so none enters late."""
+    return 2.0 * settings.TASKFORGE_SCHEDULER_TICK + 1.0
 
 
 def ready_key(queue_name: str) -> str:

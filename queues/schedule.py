@@ -2,7 +2,7 @@
 
 Two tiers. Every ``TASKFORGE_SCHEDULER_TICK`` the slow tier reads Postgres:
 it promotes due retries (``lifecycle.promote_due``) and copies every task due
-within the next :func:`horizon_seconds` (delayed pending tasks and retries)
+within the next ``lanes.scheduled_horizon_seconds()`` (delayed pending tasks and retries)
 into the queue's Redis scheduled set, scored by due time. Many times a second
 the fast tier, Redis only, moves what is due into the ready lanes (one Lua
 script per queue, by Redis' clock) and rings the doorbell, so a long-polling
@@ -22,7 +22,6 @@ from __future__ import annotations
 import logging
 
 import redis
-from django.conf import settings
 from django.db import connection
 
 from queues import lanes, lifecycle, wakeup
@@ -34,11 +33,6 @@ PROMOTE_BATCH = 1000
 #: as the earlier ones move out (they are due later, by the order of the scan).
 LOAD_LIMIT = 5000
 _PRIORITIES = list(range(1, 11))
-
-
-def horizon_seconds() -> float:
-    """How far ahead the slow tier loads: more than a tick, so nothing is loaded late."""
-    return 2.0 * settings.TASKFORGE_SCHEDULER_TICK + 1.0
 
 
 def promote_due() -> int:
@@ -72,7 +66,9 @@ UNION ALL
 def load_due_soon() -> int:
     """The slow tier's copy: tasks due within the horizon into the scheduled sets."""
     with connection.cursor() as cursor:
-        cursor.execute(_DUE_SOON, {"priorities": _PRIORITIES, "horizon": horizon_seconds(), "limit": LOAD_LIMIT})
+        cursor.execute(
+            _DUE_SOON, {"priorities": _PRIORITIES, "horizon": lanes.scheduled_horizon_seconds(), "limit": LOAD_LIMIT}
+        )
         found = cursor.fetchall()
     entries: dict[str, dict[str, int]] = {}
     for name, task_id, priority, scheduled_at, is_retry in found:
