@@ -24,6 +24,8 @@ from django.db import close_old_connections, connection
 
 SLEEP_SLICE_SECONDS = 0.1
 MAX_ERROR_BACKOFF_SECONDS = 30.0
+# A tick slower than this is worth a warning: Postgres or Redis is struggling, or a batch is too big.
+SLOW_TICK_SECONDS = 2.0
 
 
 class LoopCommand(BaseCommand):
@@ -43,8 +45,12 @@ class LoopCommand(BaseCommand):
         """Whether to tick again at once (a full batch suggests more is waiting)."""
         return False
 
+    @property
+    def logger(self) -> logging.Logger:
+        # A property, not set in handle(): tests call tick() directly, and ticks log too.
+        return logging.getLogger(f"taskforge.loops.{self.loop_name}")
+
     def handle(self, *args: Any, **options: Any) -> None:
-        self.logger = logging.getLogger(f"taskforge.loops.{self.loop_name}")
         if options.get("once"):
             self.tick()
             return
@@ -55,9 +61,9 @@ class LoopCommand(BaseCommand):
         errors = 0
         while not self.stopping:
             self._fresh_connections()
+            started = time.monotonic()
             try:
                 handled = self.tick()
-                errors = 0
             except Exception:
                 errors += 1
                 backoff = min(MAX_ERROR_BACKOFF_SECONDS, 0.5 * 2**errors)
@@ -70,16 +76,32 @@ class LoopCommand(BaseCommand):
                 self._close_connection()
                 self._sleep(backoff)
                 continue
-            if handled:
-                self.logger.debug(
-                    "%s handled %d",
-                    self.loop_name,
-                    handled,
-                    extra={"event": "loop.tick", "loop": self.loop_name, "handled": handled},
-                )
+            self._report_tick(handled, time.monotonic() - started, errors)
+            errors = 0
             if not self.more_work_pending(handled):
                 self._sleep(self.interval)
         self.logger.info("%s stopped", self.loop_name, extra={"event": "loop.stop", "loop": self.loop_name})
+
+    def _report_tick(self, handled: int, seconds: float, failed_before: int) -> None:
+        """The tick's work at debug; what an operator should notice at warning."""
+        fields = {"loop": self.loop_name, "handled": handled, "duration_ms": round(seconds * 1000, 1)}
+        if failed_before:
+            self.logger.warning(
+                "%s recovered after %d failed tick(s)",
+                self.loop_name,
+                failed_before,
+                extra={"event": "loop.recovered", "failed_ticks": failed_before, **fields},
+            )
+        if seconds > SLOW_TICK_SECONDS:
+            self.logger.warning(
+                "%s tick took %.1fs (handled %d)",
+                self.loop_name,
+                seconds,
+                handled,
+                extra={"event": "loop.slow_tick", **fields},
+            )
+        elif handled:
+            self.logger.debug("%s handled %d", self.loop_name, handled, extra={"event": "loop.tick", **fields})
 
     def _stop(self, signum: int, frame: Any) -> None:
         self.stopping = True

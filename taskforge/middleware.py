@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextvars
 import logging
 import re
+import time
 import uuid
 from collections.abc import Callable
 
@@ -41,19 +42,25 @@ class RequestIdMiddleware:
         offered = request.headers.get("X-Request-ID", "")
         request_id = offered if _REQUEST_ID.match(offered) else uuid.uuid4().hex
         token = request_id_var.set(request_id)
+        started = time.perf_counter()
         try:
             response = self.get_response(request)
             response["X-Request-ID"] = request_id
-            access_log.info(
-                "%s %s %s",
+            duration_ms = round((time.perf_counter() - started) * 1000, 1)
+            # A 5xx is something to look at; everything else is routine.
+            access_log.log(
+                logging.WARNING if response.status_code >= 500 else logging.INFO,
+                "%s %s %s (%.1f ms)",
                 request.method,
                 request.path,
                 response.status_code,
+                duration_ms,
                 extra={
                     "event": "http.request",
                     "method": request.method,
                     "path": request.path,
                     "status": response.status_code,
+                    "duration_ms": duration_ms,
                 },
             )
             return response
