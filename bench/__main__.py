@@ -200,11 +200,13 @@ def _explain(ctx: Context) -> dict[str, str]:
     )
     # Drain them again so W6 starts from the same state as W3 (only finished history).
     with ctx.stack.connect() as pg:
+        queue_id = ctx.extra["queue_ids"][drain.HISTORY_QUEUE]
         pg.execute(
-            "DELETE FROM tf_task_event WHERE task_id IN (SELECT id FROM tf_task WHERE queue_id = %(q)s "
-            "AND status = 'pending'); DELETE FROM tf_task WHERE queue_id = %(q)s AND status = 'pending'",
-            {"q": ctx.extra["queue_ids"][drain.HISTORY_QUEUE]},
+            "DELETE FROM tf_task_event WHERE task_id IN "
+            "(SELECT id FROM tf_task WHERE queue_id = %s AND status = 'pending')",
+            [queue_id],
         )
+        pg.execute("DELETE FROM tf_task WHERE queue_id = %s AND status = 'pending'", [queue_id])
     ctx.stack.redis().flushdb()
     try:
         plans = json.loads(done.stdout.strip().splitlines()[-1])

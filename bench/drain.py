@@ -14,6 +14,8 @@ import time
 import uuid
 from typing import Any
 
+from psycopg import sql
+
 from bench import celery_peer
 from bench.context import Context
 from bench.stack import tree_cpu_seconds
@@ -102,6 +104,18 @@ def setup_history(ctx: Context) -> None:
     queue_id = ctx.extra["queue_ids"][HISTORY_QUEUE]
     began = time.perf_counter()
     with ctx.stack.connect() as pg:
+        # Bulk load: secondary indexes are dropped and rebuilt afterwards from their own
+        # definitions (a sorted build is many times faster than a million random inserts).
+        # The schema afterwards is exactly the migrated one.
+        indexes = pg.execute(
+            """
+            SELECT i.indexname, i.indexdef FROM pg_indexes i
+            WHERE i.tablename IN ('tf_task', 'tf_task_event') AND NOT EXISTS (
+                SELECT 1 FROM pg_constraint c WHERE c.conname = i.indexname)
+            """
+        ).fetchall()
+        for name, _ in indexes:
+            pg.execute(sql.SQL("DROP INDEX {}").format(sql.Identifier(name)))
         # Spread over the last ~day (inside the retention period, so the watchdog keeps them).
         pg.execute(
             """
@@ -124,6 +138,8 @@ def setup_history(ctx: Context) -> None:
             """,
             [queue_id],
         )
+        for _, definition in indexes:
+            pg.execute(definition)
         pg.execute("VACUUM (ANALYZE) tf_task")
         pg.execute("VACUUM (ANALYZE) tf_task_event")
         (rows,) = pg.execute("SELECT count(*) FROM tf_task").fetchone()

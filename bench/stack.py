@@ -72,7 +72,7 @@ def redis_url_for_db(url: str, db: int) -> str:
     parts = urlsplit(url)
     if parts.scheme == "unix":
         query = [(k, v) for k, v in parse_qsl(parts.query) if k != "db"] + [("db", str(db))]
-        return urlunsplit(parts._replace(query=urlencode(query)))
+        return f"unix://{parts.path}?{urlencode(query)}"
     return urlunsplit(parts._replace(path=f"/{db}"))
 
 
