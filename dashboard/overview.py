@@ -7,12 +7,18 @@ plain JSON-ready data: the index page renders it, the stream sends it.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
+import orjson
+import redis
 from django.utils import timezone
 
 from queues.models import Queue
 from queues.stats import queue_stats
+from taskforge.redis import redis_client
+
+logger = logging.getLogger("taskforge.dashboard")
 
 
 def snapshot() -> dict[str, Any]:
@@ -30,3 +36,46 @@ def snapshot() -> dict[str, Any]:
             }
         )
     return {"at": timezone.now().isoformat(), "queues": rows}
+
+
+# One computation per tick for the whole deployment, not per API process: the
+# first process to take the lock computes and publishes; the others read the
+# published copy. Redis is only a cache here: without it each process computes
+# its own snapshot, which is correct, just more work for Postgres.
+FRESH_KEY = "tf:dashboard:snapshot"
+LAST_KEY = "tf:dashboard:snapshot:last"
+LOCK_KEY = "tf:dashboard:snapshot:lock"
+LOCK_SECONDS = 30  # longer than any stats query may run (statement_timeout)
+
+
+def shared_snapshot(fresh_for: float) -> dict[str, Any]:
+    """The latest snapshot, computed at most once per ``fresh_for`` seconds across all processes."""
+    client = redis_client()
+    try:
+        fresh = client.get(FRESH_KEY)
+        if fresh is not None:
+            return orjson.loads(fresh)
+        if not client.set(LOCK_KEY, b"1", nx=True, ex=LOCK_SECONDS):
+            # Another process is computing right now: its previous result is at most a tick old.
+            last = client.get(LAST_KEY)
+            if last is not None:
+                return orjson.loads(last)
+    except redis.RedisError:
+        logger.warning("redis unavailable: dashboard snapshot computed locally")
+        return snapshot()
+    try:
+        data = snapshot()
+        encoded = orjson.dumps(data)
+        try:
+            pipe = client.pipeline(transaction=False)
+            pipe.set(FRESH_KEY, encoded, px=max(1, int(fresh_for * 1000)))
+            pipe.set(LAST_KEY, encoded, ex=60)
+            pipe.execute()
+        except redis.RedisError:
+            logger.warning("redis unavailable: dashboard snapshot not shared")
+        return data
+    finally:
+        try:
+            client.delete(LOCK_KEY)
+        except redis.RedisError:
+            pass  # the lock expires by itself

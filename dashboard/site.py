@@ -16,6 +16,7 @@ from django.template.response import TemplateResponse
 from django.urls import URLPattern, URLResolver, get_script_prefix, path
 
 from dashboard import overview
+from dashboard.stream import TICK_SECONDS
 from workers import registry
 
 
@@ -27,7 +28,7 @@ class TaskForgeAdminSite(admin.AdminSite):
 
     def index(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> TemplateResponse:
         context = {
-            "overview": overview.snapshot(),
+            "overview": overview.shared_snapshot(TICK_SECONDS),
             "stream_url": f"{get_script_prefix()}dashboard/stream",
             **(extra_context or {}),
         }

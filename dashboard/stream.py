@@ -1,9 +1,10 @@
 """``GET /dashboard/stream``: the overview's live feed, as server-sent events.
 
-Stats are computed once per tick for every listener of the process: a
-``SnapshotHub`` (one per event loop, so one per server process) runs a single
-publisher task while anyone listens, computes ``overview.snapshot()`` in a
-thread (never on the event loop) and hands the latest snapshot to each
+Stats are computed once per tick for every listener: a ``SnapshotHub`` (one
+per event loop, so one per server process) runs a single publisher task while
+anyone listens, fetches ``overview.shared_snapshot()`` in a thread (never on
+the event loop; it computes the stats at most once per tick across all
+processes, sharing them through Redis) and hands the latest snapshot to each
 listener. A hundred open dashboards cost one stats query per second, not a
 hundred.
 
@@ -55,6 +56,7 @@ class SnapshotHub:
         self.latest: dict[str, Any] | None = None
         self.computed = 0  # snapshots computed so far (tests check the sharing)
         self._history: dict[str, deque[float]] = {}
+        self._last_sampled_at: str | None = None
         self._task: asyncio.Task[None] | None = None
 
     def subscribe(self) -> asyncio.Queue[dict[str, Any]]:
@@ -78,7 +80,7 @@ class SnapshotHub:
     async def _publish(self) -> None:
         while self.listeners:
             try:
-                snapshot = await database_sync_to_async(overview.snapshot)()
+                snapshot = await database_sync_to_async(overview.shared_snapshot)(self.tick)
             except Exception:
                 # Postgres down or slow: listeners get keep-alives; try again next tick.
                 logger.exception("dashboard stats snapshot failed")
@@ -92,11 +94,15 @@ class SnapshotHub:
             await asyncio.sleep(self.tick)
 
     def _with_history(self, snapshot: dict[str, Any]) -> dict[str, Any]:
+        # A snapshot shared through Redis may come round twice: sample it once.
+        new_sample = snapshot["at"] != self._last_sampled_at
+        self._last_sampled_at = snapshot["at"]
         names = set()
         for row in snapshot["queues"]:
             names.add(row["queue"])
             points = self._history.setdefault(row["queue"], deque(maxlen=HISTORY_POINTS))
-            points.append(row["completed_per_sec"])
+            if new_sample or not points:
+                points.append(row["completed_per_sec"])
             row["throughput_history"] = list(points)
         for gone in set(self._history) - names:
             del self._history[gone]

@@ -152,3 +152,14 @@ def test_a_viewer_cannot_replay_or_discard(viewer_client, queue):
     viewer_client.post(f"{URL}replay-matching/", {"confirm": "yes"})
     assert _status(task_id) == Status.DEAD
     assert "Replay all matching" not in viewer_client.get(URL).content.decode()
+
+
+def test_a_replayed_task_that_dies_again_is_listed_as_dead_again(staff_client, queue):
+    (task_id,) = _kill(queue)
+    lifecycle.replay(queue, task_id)
+    (row,) = lifecycle.claim("w", [queue.id], 1)
+    lifecycle.nack(task_id, worker_id="w", error="again", lease_token=row["lease_token"], retry=False)
+
+    assert _listed(staff_client.get(URL)) == {task_id}
+    assert _listed(staff_client.get(URL, {"state": "replayed"})) == set()
+    assert _listed(staff_client.get(URL, {"state": "all"})) == {task_id}
