@@ -4,10 +4,12 @@ processes, loops, Postgres and Redis; worker processes run with Django imports r
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from datetime import datetime
 
@@ -16,6 +18,8 @@ import pytest
 from tests.factories import QueueFactory
 from tests.live import ROOT
 from tests.workers.conftest import LEASE_SECONDS, WITHOUT_DJANGO, transitions, wait_for
+from workers.client import ConnectionFailed, TaskForgeClient
+from workers.runner import Runner, load_config
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
@@ -244,3 +248,46 @@ def test_bad_configuration_exits_2_naming_the_setting(argv, env, message):
     )
     assert done.returncode == 2, done.stderr
     assert message in done.stderr
+
+
+class PartitionedClient(TaskForgeClient):
+    """A client whose heartbeats never get through (a half-broken network path)."""
+
+    def heartbeat(self, worker_id, task_id, lease_token=None):  # type: ignore[no-untyped-def]
+        raise ConnectionFailed("heartbeat: network unreachable")
+
+
+def test_ack_answered_lease_lost_is_dropped_not_retried_as_ours(taskforge, caplog):
+    QueueFactory(name="jobs", retry_base_ms=60_000, retry_max_delay_ms=60_000)
+    producer = taskforge.client("producer")
+    created = producer.enqueue("jobs", {"n": 1})
+
+    def outlive_the_lease(payload, job):  # type: ignore[no-untyped-def]
+        # Without heartbeats the watchdog reclaims the task while we still work on it.
+        wait_for(lambda: status_of(producer, "jobs", job.id) == "retry", what="the lease expired")
+        return {"late": True}
+
+    config = load_config(
+        ["--queue", "jobs", "--worker-id", "w-partitioned", "--wait-seconds", "1", "--grace-seconds", "1"],
+        {"TASKFORGE_API_URL": taskforge.url, "TASKFORGE_API_KEY": taskforge.keys["worker"]},
+    )
+    runner = Runner(config, outlive_the_lease, PartitionedClient(taskforge.url, taskforge.keys["worker"]))
+    caplog.set_level(logging.INFO, logger="taskforge.worker")
+    outcome: list[int] = []
+    thread = threading.Thread(target=lambda: outcome.append(runner.run()))
+    thread.start()
+    try:
+        wait_for(lambda: events(caplog, "task.lease_lost"), what="the ack answered lease_lost")
+    finally:
+        runner.stop()
+        thread.join(15)
+    assert outcome == [0]
+    assert events(caplog, "heartbeat.error")
+    assert not events(caplog, "task.acked")
+    task = producer.get_task("jobs", created["id"])
+    assert (task["status"], task["result"]) == ("retry", None)
+    assert "done" not in [to for _, to, _ in transitions(task)]
+
+
+def events(caplog, name):  # type: ignore[no-untyped-def]
+    return [record for record in caplog.records if getattr(record, "event", None) == name]
