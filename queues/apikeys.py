@@ -13,7 +13,7 @@ import logging
 import secrets
 from typing import Any
 
-from django.db import IntegrityError
+from django.db import IntegrityError, transaction
 from django.utils import timezone
 from rest_framework import exceptions
 from rest_framework.authentication import BaseAuthentication
@@ -45,7 +45,9 @@ def create_key(name: str, role: str, raw: str | None = None, *, actor: str | Non
     if len(raw) < 32:
         raise ValueError("an API key must be at least 32 characters")
     try:
-        key = ApiKey.objects.create(name=name, role=role, prefix=raw[:10], key_hash=hash_key(raw))
+        # A savepoint: inside a caller's transaction the failed insert must not poison it.
+        with transaction.atomic():
+            key = ApiKey.objects.create(name=name, role=role, prefix=raw[:10], key_hash=hash_key(raw))
     except IntegrityError:
         raise ValueError(f"an API key named {name!r} already exists") from None
     _audit("apikey.created", key, actor)
