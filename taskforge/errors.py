@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from django import db
 from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, JsonResponse
 from rest_framework import exceptions as drf
@@ -99,6 +100,15 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response:
         return Response(
             error_body(getattr(exc, "default_code", "error"), str(exc.detail)),
             status=exc.status_code,
+        )
+    if isinstance(exc, (db.OperationalError, db.InterfaceError)):
+        # Postgres restarting, a connection cut, a statement or lock timeout:
+        # the request can be repeated, so say so (clients retry 503, not 500).
+        logger.warning("database unavailable: %s", exc, extra={"event": "db.unavailable"})
+        return Response(
+            error_body("unavailable", "the database is unavailable; retry shortly"),
+            status=503,
+            headers={"Retry-After": "1"},
         )
     logger.exception("unhandled error", exc_info=exc)
     return Response(error_body("internal_error", "internal server error"), status=500)
