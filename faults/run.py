@@ -24,6 +24,7 @@ import threading
 import time
 import traceback
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -128,6 +129,25 @@ class Harness:
         for _ in range(self.workers - len(nominal)):
             self.stack.start_worker()
 
+    def api_errors(self, since: float) -> tuple[int, int]:
+        """500s (unhandled errors) and 503s (database unavailable) the API servers logged since ``since``."""
+        internal = unavailable = 0
+        for proc in self.stack.procs:
+            if proc.kind != "api" or not proc.log.exists():
+                continue
+            for raw in proc.log.read_text(errors="replace").splitlines():
+                if '"unhandled error"' not in raw and '"db.unavailable"' not in raw:
+                    continue
+                try:
+                    line = json.loads(raw)
+                    at = datetime.fromisoformat(line["ts"].replace("Z", "+00:00")).timestamp()
+                except (ValueError, KeyError):
+                    continue
+                if at >= since:
+                    internal += line.get("message") == "unhandled error"
+                    unavailable += line.get("event") == "db.unavailable"
+        return internal, unavailable
+
     def unfinished(self, queue: str) -> int:
         with psycopg.connect(self.database_url) as conn:
             return conn.execute(
@@ -141,7 +161,7 @@ class Harness:
         create_queue(self.api_urls()[0], self.stack.admin_key, queue)
         run = ScenarioRun(scenario=scenario, queue=queue, harness=self)
         producer = Producer(apis=self.api_urls, api_key=self.stack.producer_key, queue=queue, rate=self.rate)
-        started = time.monotonic()
+        started, wall_started = time.monotonic(), time.time()
         print(f"\n== {scenario.name}: {scenario.description}", flush=True)
         producer.start()
         time.sleep(WARMUP_SECONDS)
@@ -180,11 +200,14 @@ class Harness:
             entry["drain_s"] = checker.drain_seconds(self.database_url, queue, entry["at"])
             if entry["drain_s"] is not None:
                 entry["drain_s"] = round(entry["drain_s"], 2)
+        errors_500, errors_503 = self.api_errors(wall_started)
         summary = {
             "scenario": scenario.name,
             "description": scenario.description,
             "ok": result.ok and not problems,
             **result.summary(),
+            "api_500s": errors_500,
+            "api_503s": errors_503,
             "enqueue_retries": producer.retried,
             "enqueues_given_up": len(producer.given_up),
             "settle_s": round(settle, 1),
@@ -203,7 +226,9 @@ def _print_scenario(s: dict[str, Any]) -> None:
     print(
         f"  {verdict} {s['scenario']}: {s['tasks']} tasks ({s['done']} done, {s['dead']} dead), lost {s['lost']}, "
         f"stuck {s['stuck']}, duplicates {s['duplicate_executions']} ({s['duplicates_per_10k']}/10k), "
-        f"lease expiries {s['lease_expiries']}, settle {s['settle_s']}s",
+        f"lease expiries {s['lease_expiries']}, stale runs {s['late_starts']} late + "
+        f"{s['zombie_overlaps']} overlapping, API 500s {s['api_500s']} / 503s {s['api_503s']}, "
+        f"settle {s['settle_s']}s",
         flush=True,
     )
     for f in s["faults"]:
