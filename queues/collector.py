@@ -80,7 +80,7 @@ def _gauges(depths: list[depth.QueueDepth]) -> Iterator[Metric]:
     by_status = GaugeMetricFamily(
         "taskforge_queue_depth",
         "Tasks by status now (pending: due; scheduled: pending, not yet due). "
-        "done and cancelled are recounted at most every 30 s.",
+        "done and cancelled are recounted every 30 s (less often on very large tables).",
         labels=["queue", "status"],
     )
     dlq = GaugeMetricFamily("taskforge_dlq_depth", "Dead tasks waiting in the dead-letter queue.", labels=["queue"])
