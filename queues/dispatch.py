@@ -99,7 +99,7 @@ def announce(queue: Queue, rows: Sequence[Row]) -> None:
         # The dispatcher and scheduler re-read Postgres every tick: this costs latency only.
         _redis_failed(exc, "announcing tasks")
         return
-    if ready:
+    if ready and not queue.paused:
         wakeup.ring(queue.name, len(ready))
 
 
