@@ -706,6 +706,8 @@ class Runner:
             self.client.heartbeat(job.worker_id, job.id, job.lease_token)
         except (LeaseLost, NotFound) as exc:
             with self._lock:
+                if self._in_flight.get(job.id) is not flight:
+                    return  # acked (or handed back) while this beat was on its way: nothing was lost
                 flight.lost = True
             job.cancelled.set()
             self._log(logging.WARNING, "task.lease_lost", f"heartbeat answered {exc.code}: stop working on it", job)

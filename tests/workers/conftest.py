@@ -18,7 +18,9 @@ from queues.apikeys import create_key
 from tests.live import LiveStack
 from workers.client import TaskForgeClient
 
-LEASE_SECONDS = 2
+# Short enough for quick tests, long enough that a loaded 2-core CI machine
+# still serves a heartbeat (sent every 0.5 s) before the lease runs out.
+LEASE_SECONDS = 3
 # Shared by the API (lease length) and the watchdog (expiry sweep).
 SHORT_LEASES = {"TASKFORGE_HEARTBEAT_TIMEOUT": str(LEASE_SECONDS), "TASKFORGE_WATCHDOG_INTERVAL": "1"}
 
@@ -110,7 +112,7 @@ class TaskForge:
 
 @pytest.fixture
 def taskforge(live_stack: LiveStack) -> Iterator[TaskForge]:
-    """API with 2-second leases, the scheduler (retries) and the watchdog (expiry every second)."""
+    """API with short (LEASE_SECONDS) leases, the scheduler (retries) and the watchdog (expiry every second)."""
     keys = {role: create_key(f"{role}-live", role)[1] for role in ("admin", "producer", "worker")}
     url = live_stack.start_api(extra_env=SHORT_LEASES)
     live_stack.start_loop("run_scheduler")

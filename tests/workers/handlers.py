@@ -22,6 +22,8 @@ def handle(payload: dict[str, Any], job: Any) -> dict[str, Any] | None:
     mode = payload.get("mode", "ok")
     if payload.get("sleep_ms"):
         job.cancelled.wait(payload["sleep_ms"] / 1000)
+    if payload.get("sleep_first_ms") and job.attempts == 1:
+        job.cancelled.wait(payload["sleep_first_ms"] / 1000)
     if mode == "flaky" and job.attempts == 1:
         raise FlakyError("first attempt fails")
     if mode == "retry_after" and job.attempts == 1:
