@@ -16,6 +16,7 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from django.urls import re_path  # noqa: E402
 
 from dashboard.stream import StatsStreamConsumer  # noqa: E402
+from taskforge.bodycap import BodyCapMiddleware  # noqa: E402
 
 application = ProtocolTypeRouter(
     {
@@ -23,7 +24,8 @@ application = ProtocolTypeRouter(
             [
                 # Session login only (the admin's): API keys are not accepted on the stream.
                 re_path(r"^dashboard/stream/?$", AuthMiddlewareStack(StatsStreamConsumer.as_asgi())),
-                re_path(r"", django_application),
+                # The body cap acts while the body streams in, before Django buffers it.
+                re_path(r"", BodyCapMiddleware(django_application)),
             ]
         ),
     }
