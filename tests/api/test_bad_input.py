@@ -648,3 +648,15 @@ def test_an_endless_chunked_body_is_cut_off_at_the_cap(live_stack):
     assert status in (413, None)
     assert sent < total // 4, f"the server read {sent} bytes of an oversized body"
     assert Task.objects.count() == 0
+
+
+def test_an_internal_error_is_500_without_a_traceback(producer, queue, monkeypatch):
+    def broken(queues):
+        raise RuntimeError("secret internals: password=hunter2")
+
+    monkeypatch.setattr("queues.views.queue_stats", broken)
+    response = producer.get("/queues/email_jobs/stats")
+    error = assert_error(response, 500, "internal_error")
+    assert "hunter2" not in response.content.decode()
+    assert "Traceback" not in response.content.decode()
+    assert error["message"] == "internal server error"
