@@ -660,3 +660,15 @@ def test_an_internal_error_is_500_without_a_traceback(producer, queue, monkeypat
     assert "hunter2" not in response.content.decode()
     assert "Traceback" not in response.content.decode()
     assert error["message"] == "internal server error"
+
+
+def test_endpoints_without_a_body_ignore_one_but_keep_the_media_type_rule(admin_api, queue):
+    TaskFactory(queue=queue)
+    assert raw_post(admin_api, "/queues/email_jobs/purge", "not even json").json() == {"purged": 1}
+    before = counts()
+    refused(
+        raw_post(admin_api, "/queues/email_jobs/purge", "x", content_type="text/plain"),
+        415,
+        "unsupported_media_type",
+        before=before,
+    )
