@@ -6,9 +6,10 @@ time. Instead:
 
 * no filter at all: Postgres' own estimate, ``pg_class.reltuples`` (kept fresh
   by autovacuum/ANALYZE);
-* filtered: an exact count capped at ``EXACT_UP_TO`` rows (``SELECT count(*)
-  FROM (... LIMIT n)`` stops early), and above the cap the planner's estimate
-  for the filtered query, never less than the cap.
+* filtered: the planner's estimate for the filtered query (``EXPLAIN``, no
+  rows read); when it is small, an exact count capped at ``EXACT_UP_TO`` rows
+  (``SELECT count(*) FROM (... LIMIT n)`` stops early), so short lists show
+  exact numbers and long ones "about N".
 
 Counts above the cap are shown as estimates; a page past the real end is
 simply empty instead of an error.
@@ -24,7 +25,9 @@ from django.core.paginator import EmptyPage, Paginator
 from django.db import connections
 from django.db.models import QuerySet
 
-EXACT_UP_TO = 10_000
+EXACT_UP_TO = 1_000
+# Above this planner estimate the filtered count is not even attempted.
+CLEARLY_MORE = 10 * EXACT_UP_TO
 
 
 def table_estimate(model: Any, using: str = "default") -> int:
@@ -59,11 +62,16 @@ class EstimatedCountPaginator(Paginator):
             if estimate > EXACT_UP_TO:
                 self.estimated = True
                 return estimate
+        estimate = planner_estimate(queryset.order_by())
+        if estimate > CLEARLY_MORE:
+            # Even a capped count would read thousands of rows to say "many".
+            self.estimated = True
+            return estimate
         capped = queryset.order_by()[: EXACT_UP_TO + 1].count()
         if capped <= EXACT_UP_TO:
             return capped
         self.estimated = True
-        return max(planner_estimate(queryset.order_by()), capped)
+        return max(estimate, capped)
 
     def validate_number(self, number: Any) -> int:
         if not self.estimated:

@@ -12,16 +12,19 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 
 import httpx
 import pytest
 from django.contrib.auth import get_user_model
 from django.core.management import call_command
+from django.utils import timezone
 
 from queues.apikeys import create_key
 from queues.models import Status, Task
 from tests.factories import QueueFactory
+from workers.models import Worker
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -165,8 +168,20 @@ def test_on_call_engineer_watches_filters_and_replays(live_stack, browser_page):
     expect(page.locator("#result_list tbody tr")).to_have_count(1)
     expect(page.locator("#result_list tbody tr td.field-status")).to_have_text("Pending")
 
-    # 6. The workers page: who holds what.
+    # 6. The workers page: who holds what, and who went quiet while holding a task.
+    for worker_id in ("mailer-2", "mailer-3"):
+        held = worker.post("/workers/claim", json={"worker_id": worker_id, "queue": "emails"}).json()["tasks"]
+        assert len(held) == 1
+    # mailer-2 claimed two minutes ago and never sent a heartbeat (set-up: its registry row only).
+    Worker.objects.filter(worker_id="mailer-2").update(last_claim_at=timezone.now() - timedelta(minutes=2))
     page.goto(f"{base}/admin/workers/")
     expect(page.locator('tr[data-worker="mailer-1"]')).to_be_visible()
     expect(page.locator('tr[data-worker="reporter-1"]')).to_be_visible()
+    expect(page.locator('tr[data-worker="mailer-2"].tf-stale .tf-stale-badge')).to_have_text("stale")
+    expect(page.locator('tr[data-worker="mailer-3"]')).not_to_have_class(re.compile("tf-stale"))
+    expect(page.locator("#tf-workers tbody tr").first).to_have_attribute("data-worker", "mailer-2")
     _shot(page, "workers")
+
+    # 7. Back on the overview, the operator's replay is in the recent actions.
+    page.goto(f"{base}/admin/")
+    expect(page.locator("#tf-recent-actions")).to_contain_text("Replayed")
