@@ -82,6 +82,8 @@ def main() -> int:
         pool_size=cfg.pool_size,
         python=python,
         supervisor=supervisor,
+        serving=cfg.serving,
+        gthread_threads=cfg.gthread_threads,
     )
     ctx = Context(cfg=cfg, stack=stack, supervisor=supervisor, log_dir=log_dir)
     kind = os.environ.get("BENCH_WORKER") or ("reference" if reference_worker_available() else "harness")
@@ -99,7 +101,9 @@ def main() -> int:
             "bench": {k: v for k, v in cfg.__dict__.items()},
             "worker": kind,
             "taskforge": {
-                "serving": "gunicorn -c gunicorn.conf.py (uvicorn_worker.UvicornWorker)",
+                "serving": "gunicorn -c gunicorn.conf.py (uvicorn_worker.UvicornWorker)"
+                if cfg.serving == "asgi"
+                else f"gunicorn -c gunicorn.conf.py taskforge.wsgi -k gthread --threads {cfg.gthread_threads}",
                 "WEB_CONCURRENCY": cfg.web_concurrency,
                 "TASKFORGE_DB_POOL_SIZE": cfg.pool_size,
                 "DJANGO_LOG_LEVEL": os.environ.get("DJANGO_LOG_LEVEL", "INFO (default)"),

@@ -16,7 +16,10 @@ class Config:
     quick: bool = False
     runs: int = 3
     only: tuple[str, ...] = ()
-    # TaskForge processes
+    # TaskForge processes: "asgi" is production (gunicorn.conf.py, uvicorn worker);
+    # "gthread" serves the same project through wsgi.py with threads, for comparison.
+    serving: str = "asgi"
+    gthread_threads: int = 8
     web_concurrency: int = 2
     pool_size: int = 8
     database: str = "taskforge_bench"
@@ -37,6 +40,7 @@ class Config:
     naive_tasks: int = 2_000
     naive_threads: int = 4
     celery_tasks: int = 10_000
+    peers: bool = True  # the naive worker and Celery in W3 (BENCH_PEERS=0 skips them while tuning)
     drain_timeout: float = 120.0
     w6_history: int = 1_000_000
     # W4: latency at a steady low rate

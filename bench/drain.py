@@ -57,6 +57,8 @@ def w3(ctx: Context, run: int) -> None:
     ctx.figures.add("W3", "API CPU per task (batch)", result["api_cpu_ms_per_task"])
     ctx.figures.add("W3", "worker CPU per task (batch)", result["worker_cpu_ms_per_task"])
     ctx.extra.setdefault("w3_rates", []).append(result["rate"])
+    if not cfg.peers:
+        return
 
     ctx.stack.reset_state()
     naive = _drain(ctx, "W3", "bench_w3", ctx.extra["queue_ids"]["bench_w3"], cfg.naive_tasks, "naive")

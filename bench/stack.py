@@ -94,6 +94,8 @@ class Stack:
     pool_size: int
     python: str
     supervisor: Supervisor
+    serving: str = "asgi"
+    gthread_threads: int = 8
     api_url: str = ""
     api: Child | None = None
     loops: list[Child] = field(default_factory=list)
@@ -153,11 +155,14 @@ class Stack:
     def start(self) -> None:
         port = free_port()
         self.api_url = f"http://127.0.0.1:{port}"
-        self.api = self.supervisor.spawn(
-            "api",
-            [self.python, "-m", "gunicorn", "taskforge.asgi:application"],
-            self.env(PORT=str(port), HOST="127.0.0.1"),
-        )
+        argv = [self.python, "-m", "gunicorn", "taskforge.asgi:application"]
+        if self.serving == "gthread":
+            # gunicorn.conf.py still applies; the command line only swaps the app and worker class.
+            argv = [self.python, "-m", "gunicorn", "taskforge.wsgi:application", "-k", "gthread",
+                    "--threads", str(self.gthread_threads)]  # fmt: skip
+        elif self.serving != "asgi":
+            raise ValueError(f"BENCH_SERVING must be asgi or gthread, not {self.serving!r}")
+        self.api = self.supervisor.spawn("api", argv, self.env(PORT=str(port), HOST="127.0.0.1"))
         for loop in LOOPS:
             self.loops.append(self.supervisor.spawn(loop, [self.python, "manage.py", loop], self.env()))
         self._wait_healthy()
