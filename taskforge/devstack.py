@@ -59,13 +59,19 @@ def main() -> int:
         for loop in LOOPS:
             children.append(subprocess.Popen([PYTHON, "manage.py", loop], cwd=ROOT, env=env))
         workers = int(env.get("WORKERS", "0") or 0)
+        # The demo workers use the admin key ensure_admin keeps (admin may call the worker protocol);
+        # it holds a "(kept from an earlier start...)" note instead when the database outlived .taskforge/.
+        worker_key = ""
+        if workers:
+            worker_key = env.get("TASKFORGE_API_KEY") or json.loads((home / "credentials.json").read_text())["api_key"]
+            if worker_key.startswith("("):
+                print("WORKERS: no API key known for the demo workers; set TASKFORGE_API_KEY.", file=sys.stderr)
+                workers = 0
         if workers:
             worker_env = {
                 **env,
                 "TASKFORGE_API_URL": env.get("TASKFORGE_API_URL", f"http://127.0.0.1:{port}"),
-                # The demo workers use the admin key ensure_admin keeps (admin may call the worker protocol).
-                "TASKFORGE_API_KEY": env.get("TASKFORGE_API_KEY")
-                or json.loads((home / "credentials.json").read_text())["api_key"],
+                "TASKFORGE_API_KEY": worker_key,
             }
             for number in range(workers):
                 children.append(
