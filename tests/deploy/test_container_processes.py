@@ -218,7 +218,8 @@ def test_compose_services_run_a_task_and_stop_cleanly(image_root, stack):
 
     # 2. The long-running services, each with its own command and environment.
     port = free_port()
-    services = {"api": start(stack, "api", image_root, PORT=str(port))}
+    # One gunicorn worker process: the test above serves with the image's exact settings.
+    services = {"api": start(stack, "api", image_root, PORT=str(port), WEB_CONCURRENCY="1")}
     url = f"http://127.0.0.1:{port}"
     wait_healthy(url, stack)
     for name in ("scheduler", "dispatcher", "watchdog"):
