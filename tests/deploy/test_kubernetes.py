@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import re
+import shutil
+import subprocess
 import tomllib
 
 import kubernetes_validate
@@ -49,6 +51,23 @@ def test_kustomization_lists_every_manifest():
     assert set(kustomization["resources"]) == files
     [image] = kustomization["images"]
     assert image["name"] == "taskforge" and image["newTag"] == VERSION
+
+
+@pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not installed")
+def test_kustomize_renders_the_bundle_with_the_release_image():
+    rendered = subprocess.run(
+        ["kubectl", "kustomize", str(KUBERNETES_DIR)], capture_output=True, text=True, timeout=60, check=True
+    ).stdout
+    documents = [doc for doc in yaml.safe_load_all(rendered) if doc]
+    assert len(documents) == len(DOCUMENTS)
+    images = {
+        container["image"]
+        for doc in documents
+        if doc["kind"] in ("Deployment", "Job")
+        for container in specs.all_containers(specs.pod_spec(doc))
+    }
+    assert images == {f"registry.example.com/taskforge:{VERSION}"}
+    assert all(doc["metadata"]["labels"]["app.kubernetes.io/part-of"] == "taskforge" for doc in documents)
 
 
 def test_every_process_has_its_workload():
@@ -118,6 +137,7 @@ def test_pods_run_as_the_image_user_without_privileges():
         assert pod["securityContext"]["runAsNonRoot"] is True, name
         assert pod["securityContext"]["runAsUser"] == IMAGE_UID, name
         assert pod["automountServiceAccountToken"] is False, name
+        assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}, name
     for name, container in _containers():
         context = container["securityContext"]
         assert context["allowPrivilegeEscalation"] is False, name
