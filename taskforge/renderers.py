@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import orjson
+from rest_framework.negotiation import DefaultContentNegotiation
 from rest_framework.renderers import BaseRenderer
 
 
@@ -17,3 +18,18 @@ class FastJSONRenderer(BaseRenderer):
         if data is None:
             return b""
         return orjson.dumps(data, option=orjson.OPT_UTC_Z, default=str)
+
+
+class JSONNegotiation(DefaultContentNegotiation):
+    """The API speaks JSON whatever the client asks for.
+
+    DRF's own negotiation answers ``Accept: text/html`` with a 406 (before the
+    401 the contract promises) and ``?format=xml`` with a 404. A view with one
+    renderer (every API view) always uses it; views offering several (the
+    OpenAPI schema: YAML or JSON) still negotiate.
+    """
+
+    def select_renderer(self, request: Any, renderers: list[Any], format_suffix: str | None = None) -> Any:
+        if len(renderers) == 1:
+            return renderers[0], renderers[0].media_type
+        return super().select_renderer(request, renderers, format_suffix)

@@ -159,6 +159,7 @@ REST_FRAMEWORK = {
     "DEFAULT_PERMISSION_CLASSES": ["queues.apikeys.HasRole"],
     "DEFAULT_PARSER_CLASSES": ["taskforge.parsers.StrictJSONParser"],
     "DEFAULT_RENDERER_CLASSES": ["taskforge.renderers.FastJSONRenderer"],
+    "DEFAULT_CONTENT_NEGOTIATION_CLASS": "taskforge.renderers.JSONNegotiation",
     "EXCEPTION_HANDLER": "taskforge.errors.exception_handler",
     "UNAUTHENTICATED_USER": None,
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
