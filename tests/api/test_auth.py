@@ -265,3 +265,12 @@ def test_metrics_token(world, settings):
     right = APIClient()
     right.credentials(HTTP_AUTHORIZATION="Bearer " + "m" * 32)
     assert right.get("/metrics").status_code == 200
+
+
+def test_the_schema_still_negotiates_its_format(world):
+    as_json = APIClient().get("/api/schema?format=json")
+    assert as_json.status_code == 200
+    assert as_json.json()["openapi"].startswith("3.")
+    as_yaml = APIClient().get("/api/schema")
+    assert as_yaml.status_code == 200
+    assert b"openapi: 3." in as_yaml.content

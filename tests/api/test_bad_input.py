@@ -15,6 +15,7 @@ import httpx
 import orjson
 import pytest
 from django.utils import timezone
+from rest_framework.test import APIClient
 
 from queues.apikeys import create_key
 from queues.models import Queue, Status, Task
@@ -672,3 +673,20 @@ def test_endpoints_without_a_body_ignore_one_but_keep_the_media_type_rule(admin_
         "unsupported_media_type",
         before=before,
     )
+
+
+@pytest.mark.parametrize("accept", ["text/html", "application/xml", "text/plain;q=1, */*;q=0"])
+def test_the_api_answers_json_whatever_accept_says(producer, queue, accept):
+    response = producer.get("/queues", HTTP_ACCEPT=accept)
+    assert response.status_code == 200
+    assert response["Content-Type"] == "application/json"
+    assert response.json()["results"][0]["name"] == "email_jobs"
+    # ... and an anonymous browser still hears 401 first, not 406.
+    assert_error(APIClient().get("/queues", HTTP_ACCEPT=accept), 401, "unauthorized")
+
+
+@pytest.mark.parametrize("fmt", ["api", "xml", "json"])
+def test_a_format_query_parameter_is_ignored(producer, queue, fmt):
+    response = producer.get(f"/queues/email_jobs?format={fmt}")
+    assert response.status_code == 200
+    assert response.json()["name"] == "email_jobs"
