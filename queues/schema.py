@@ -117,12 +117,13 @@ _ERROR_MEANINGS = {
     409: "Conflict with the current state.",
     413: "The request body exceeds TASKFORGE_MAX_PAYLOAD_BYTES.",
     415: "The body is not UTF-8 application/json, or is compressed.",
+    503: "Postgres is unavailable right now (restart, cut connection, timeout): retry after Retry-After seconds.",
 }
 
 
 def errors(*statuses: int, conflict: str | None = None) -> dict[int, OpenApiResponse]:
-    """Error responses, all in the one error shape; 401 and 403 are always possible."""
-    wanted = sorted({401, 403, *statuses})
+    """Error responses, all in the one error shape; 401, 403 and 503 are always possible."""
+    wanted = sorted({401, 403, 503, *statuses})
     out = {}
     for status in wanted:
         text = _ERROR_MEANINGS[status]
@@ -257,8 +258,9 @@ class Replayed(serializers.Serializer):
 
 # --- parameters ------------------------------------------------------------------------------
 
+# No pattern on the name: any name that is not a queue's is simply a 404.
 QUEUE_NAME = OpenApiParameter(
-    "name", OpenApiTypes.STR, OpenApiParameter.PATH, description="The queue's name.", pattern=r"^[A-Za-z0-9_-]{1,64}$"
+    "name", OpenApiTypes.STR, OpenApiParameter.PATH, description="The queue's name (1-64 letters, digits, - or _)."
 )
 TASK_ID = OpenApiParameter(
     "task_id", OpenApiTypes.UUID, OpenApiParameter.PATH, description="The task's id (a malformed one is a 404)."
