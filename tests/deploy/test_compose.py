@@ -7,9 +7,12 @@ command with the environment Compose would give it.
 
 from __future__ import annotations
 
+import importlib.resources
+import json
 import re
 import shlex
 
+import jsonschema
 import pytest
 
 from deploy import make_env
@@ -21,6 +24,17 @@ TASKFORGE = specs.taskforge_services(COMPOSE)
 EXAMPLE = specs.read_env_file(specs.ENV_EXAMPLE.read_text())
 REQUIRED = {"DJANGO_SECRET_KEY", "POSTGRES_PASSWORD", "TASKFORGE_ADMIN_API_KEY", "TASKFORGE_ADMIN_PASSWORD"}
 LOOPS = {"scheduler": "run_scheduler", "dispatcher": "run_dispatcher", "watchdog": "run_watchdog"}
+
+
+def test_compose_file_follows_the_compose_specification():
+    # The schema Docker Compose itself validates against (vendored by check-jsonschema).
+    schema_file = importlib.resources.files("check_jsonschema.builtin_schemas.vendor") / "compose-spec.json"
+    schema = json.loads(schema_file.read_text())
+    validator = jsonschema.validators.validator_for(schema)(schema)
+    errors = [f"{'.'.join(map(str, error.path))}: {error.message}" for error in validator.iter_errors(COMPOSE)]
+    assert not errors
+    mistyped = {**COMPOSE, "services": {**SERVICES, "api": {**SERVICES["api"], "stop_grace": "20s"}}}
+    assert not validator.is_valid(mistyped), "the schema must reject unknown keys"
 
 
 def test_every_process_of_the_stack_is_a_service():
