@@ -160,23 +160,23 @@ def test_a_hundred_idle_long_polls_do_not_starve_an_enqueue(live_stack):
         started = time.monotonic()
         with ThreadPoolExecutor(max_workers=100) as pool:
             polls = [pool.submit(client.post, "/workers/claim", json=body) for _ in range(100)]
-            time.sleep(2.5)  # all 100 are in and waiting
+            time.sleep(3)  # all 100 are in and waiting
             waiting_polls = sum(not p.done() for p in polls)
             worker_pid = _worker_pid(live_stack.processes[-1].pid)
             threads = _threads(worker_pid) if worker_pid else -1
             before = time.monotonic()
             created = client.post("/queues/idle/tasks", json={"payload": {"n": 1}})
             enqueue_seconds = time.monotonic() - before
-            enqueued_at = time.monotonic() - started
+            answered_at = time.monotonic() - started
             results = [p.result() for p in polls]
     print(
-        f"\n100 idle long polls: {waiting_polls} still waiting after 2.5 s; server worker threads {threads}; "
-        f"enqueue answered in {enqueue_seconds * 1000:.0f} ms, at {enqueued_at:.2f} s of the 5 s wait"
+        f"\n100 idle long polls: {waiting_polls} still waiting after 3 s; server worker threads {threads}; "
+        f"enqueue answered in {enqueue_seconds * 1000:.0f} ms, at {answered_at:.2f} s of the 5 s wait"
     )
     assert created.status_code == 201, created.text
     assert waiting_polls == 100
-    assert enqueued_at < 5  # before the polls ended
-    assert enqueue_seconds < 1.0
+    assert answered_at < 4.9  # answered while all the polls were still waiting
+    assert enqueue_seconds < 1.5  # (~25 ms on an idle machine)
     assert all(r.status_code == 200 for r in results), {r.status_code for r in results}
     winners = [r.json()["tasks"] for r in results if r.json()["tasks"]]
     assert [[t["id"] for t in w] for w in winners] == [[created.json()["id"]]]
