@@ -7,11 +7,13 @@ import uuid
 from datetime import timedelta
 
 import pytest
+from django.core.management import call_command
 from django.db import transaction
 from django.utils import timezone
 
 import taskforge.redis
 from queues import dispatch, lanes
+from queues.management.commands.run_dispatcher import Command as DispatcherCommand
 from queues.models import Queue, Task
 from taskforge.redis import redis_client
 from tests.api.support import claim, enqueue
@@ -248,3 +250,21 @@ def test_with_redis_down_rate_limited_queues_dispatch_nothing(producer, worker, 
     assert claim(worker, queue="limited") == []
     assert [t["id"] for t in claim(worker, max_tasks=5)] == [free["id"]]
     assert Task.objects.filter(queue__name="limited", status="pending").count() == 1
+
+
+def test_dispatcher_command_fills_lanes_and_survives_redis_down(queue, settings, monkeypatch):
+    task = TaskFactory(queue=queue, scheduled_at=PAST)
+    call_command("run_dispatcher", "--once")
+    assert lane() == [str(task.id)]
+    monkeypatch.setattr(settings, "REDIS_URL", f"redis://127.0.0.1:{free_port()}/0")
+    monkeypatch.setattr(taskforge.redis, "_client", None)
+    assert DispatcherCommand().tick() == 0  # logged, not raised: no error backoff while Redis is away
+    taskforge.redis._client = None
+
+
+def test_deleting_a_queue_drops_its_redis_keys(admin_api, producer, queue):
+    task = enqueue(producer)
+    redis_client().zadd(lanes.scheduled_key("email_jobs"), {"r|x": 1})
+    assert producer.delete(f"/queues/email_jobs/tasks/{task['id']}").status_code == 200
+    assert admin_api.delete("/queues/email_jobs").status_code == 204
+    assert redis_client().keys("tf:{email_jobs}:*") == []
