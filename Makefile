@@ -62,5 +62,17 @@ $(BENCH_STAMP): requirements-bench.txt
 bench: venv $(BENCH_STAMP)
 	$(WITH_SERVICES) $(BENCH_VENV)/bin/python -m bench
 
+# Fault injection, not part of make test (about 8 minutes, loopback only): kills, pauses,
+# Redis and Postgres outages, skewed clocks (needs Debian's faketime), failpoints; every
+# scenario is checked for lost, duplicated or stale work. See faults/ and README "Guarantees".
+test-faults: venv
+	$(PY) -m faults $(FAULTS_ARGS)
+
+# Schemathesis over /api/schema with every role's key, coverage phase on (make test runs a
+# bounded version of the same test).
+fuzz: venv
+	$(TEST_ENV) FUZZ_COVERAGE=1 FUZZ_MAX_EXAMPLES=$${FUZZ_MAX_EXAMPLES:-50} $(WITH_SERVICES) \
+		$(PY) -m pytest tests/fuzz -p no:xdist $(PYTEST_ARGS)
+
 clean:
 	rm -rf $(VENV) staticfiles

@@ -280,6 +280,14 @@ def _print_totals(results: list[dict[str, Any]], totals: dict[str, Any]) -> None
     )
 
 
+def _reachable(url: str) -> bool:
+    try:
+        MachinePostgres(url).ping()
+    except psycopg.Error:
+        return False
+    return True
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m faults", description=__doc__.split("\n\n")[0])
     parser.add_argument("--only", default="", help="comma-separated scenario names (default: all)")
@@ -291,6 +299,13 @@ def main(argv: list[str] | None = None) -> int:
         default=os.environ.get("TASKFORGE_FAULTS_DATABASE_URL", DEFAULT_DATABASE_URL),
         help="a database the harness may drop and recreate (never a shared one)",
     )
+    parser.add_argument(
+        "--postgres",
+        choices=["auto", "machine", "embedded"],
+        default="auto",
+        help="machine: --database-url (plus an embedded server for pg-restart); embedded: an embedded server for "
+        "everything; auto: machine when reachable",
+    )
     parser.add_argument("--keep", action="store_true", help="keep the run directory (logs) even when all pass")
     args = parser.parse_args(argv)
     chosen = [s for s in SCENARIOS if not args.only or s.name in args.only.split(",")]
@@ -301,11 +316,17 @@ def main(argv: list[str] | None = None) -> int:
     print(f"run directory (logs, execution log, summary): {run_dir}", flush=True)
     started = time.monotonic()
     results: list[dict[str, Any]] = []
-    on_machine = [s for s in chosen if not s.restartable_postgres]
-    groups = [
-        ("machine Postgres", lambda d: MachinePostgres(args.database_url), on_machine),
-        ("embedded Postgres", EmbeddedPostgres, [s for s in chosen if s.restartable_postgres]),
-    ]
+    postgres = args.postgres
+    if postgres == "auto":
+        postgres = "machine" if _reachable(args.database_url) else "embedded"
+    if postgres == "embedded":
+        groups = [("embedded Postgres", EmbeddedPostgres, chosen)]
+    else:
+        on_machine = [s for s in chosen if not s.restartable_postgres]
+        groups = [
+            ("machine Postgres", lambda d: MachinePostgres(args.database_url), on_machine),
+            ("embedded Postgres", EmbeddedPostgres, [s for s in chosen if s.restartable_postgres]),
+        ]
     for label, make_postgres, scenarios in groups:
         if not scenarios:
             continue

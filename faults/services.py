@@ -102,6 +102,10 @@ class MachinePostgres:
         self.database = parts.path.lstrip("/")
         self.admin_url = urlunsplit(parts._replace(path="/postgres"))
 
+    def ping(self) -> None:
+        with psycopg.connect(self.admin_url, autocommit=True, connect_timeout=3) as conn:
+            conn.execute("SELECT 1")
+
     def start(self) -> None:
         with psycopg.connect(self.admin_url, autocommit=True) as conn:
             conn.execute(
