@@ -84,27 +84,30 @@ def test_flushall_and_restart_mid_run_lose_nothing_and_duplicate_nothing(live_st
 
     def produce(n: int) -> None:
         with httpx.Client(base_url=urls[n % 2], headers=headers, timeout=10) as client:
-            i = 0
+            batch = 0
             while time.monotonic() < produce_until:
-                i += 1
-                body = {
-                    "payload": {"fail_once": i % 7 == 0},
-                    "priority": 1 + i % 10,
-                    "idempotency_key": f"p{n}-{i}",
-                    # Some due at once, some a little later (through the scheduler).
-                    **({"scheduled_at": _in(0.5 + (i % 4) * 0.5)} if i % 3 == 0 else {}),
-                }
-                for _ in range(5):  # a producer retries with the same key until it gets an answer
+                batch += 1
+                items = [
+                    {
+                        "payload": {"fail_once": i % 7 == 0},
+                        "priority": 1 + i % 10,
+                        "idempotency_key": f"p{n}-{batch}-{i}",
+                        # Some due at once, some a little later (through the scheduler).
+                        **({"scheduled_at": _in(0.5 + (i % 4) * 0.5)} if i % 3 == 0 else {}),
+                    }
+                    for i in range(5)
+                ]
+                for _ in range(5):  # a producer retries with the same keys until it gets an answer
                     try:
-                        response = client.post("/queues/durable/tasks", json=body)
+                        response = client.post("/queues/durable/tasks/batch", json={"tasks": items})
                     except httpx.HTTPError:
                         continue
                     if response.status_code in (200, 201):
-                        accepted.append(response.json()["id"])
+                        accepted.extend(task["id"] for task in response.json()["tasks"])
                         break
                 else:
-                    failures.append(f"enqueue {body['idempotency_key']} never accepted")
-                time.sleep(0.02)
+                    failures.append(f"enqueue batch {n}-{batch} never accepted")
+                time.sleep(0.05)
 
     def work(n: int) -> None:
         with httpx.Client(base_url=urls[n % 2], headers=headers, timeout=10) as client:
