@@ -50,7 +50,7 @@ def _claimed(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 @schema.claim_schema
 class ClaimView(LongPollView):
-    """A long poll waits on the event loop (see workers.longpoll), not in a thread."""
+    """A long poll waits on the event loop (see workers.longpoll), holding no database connection."""
 
     roles = {"POST": WORKER}
 
