@@ -6,8 +6,10 @@ in the synchronous handler, and lets that handler hand its response to an
 ``async`` continuation (:func:`finish_later`): the view Django sees is an
 ``async`` function that runs the DRF part in a thread, then awaits the
 continuation on the event loop. Under the ASGI server a long poll therefore
-waits on an ``asyncio`` event, not in a thread and not on a database
-connection.
+waits on an ``asyncio`` event: it holds no database connection and no server
+worker, and does no work until a doorbell rings. (Django under ASGI still
+keeps one idle executor thread per open request for its sync middleware;
+it is parked, not busy.)
 """
 
 from __future__ import annotations
