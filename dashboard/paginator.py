@@ -21,6 +21,7 @@ from functools import cached_property
 from typing import Any
 
 import orjson
+from django.core.exceptions import EmptyResultSet
 from django.core.paginator import EmptyPage, Paginator
 from django.db import connections
 from django.db.models import QuerySet
@@ -39,7 +40,10 @@ def table_estimate(model: Any, using: str = "default") -> int:
 
 
 def planner_estimate(queryset: QuerySet[Any]) -> int:
-    sql, params = queryset.query.sql_with_params()
+    try:
+        sql, params = queryset.query.sql_with_params()
+    except EmptyResultSet:  # e.g. ``pk__in=[]``: Django knows without asking
+        return 0
     with connections[queryset.db].cursor() as cursor:
         cursor.execute(f"EXPLAIN (FORMAT JSON) {sql}", params)
         (plan,) = cursor.fetchone()

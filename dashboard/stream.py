@@ -20,6 +20,8 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import logging
+import signal
+import threading
 import weakref
 from collections import deque
 from typing import Any
@@ -34,9 +36,10 @@ from dashboard import overview
 logger = logging.getLogger("taskforge.dashboard")
 
 TICK_SECONDS = 1.0
-# The contract promises an event at least every 2 s; a slow stats query
-# (or a Postgres outage) still yields a keep-alive comment in time.
-KEEPALIVE_SECONDS = 2.0
+# The contract promises an event at least every 2 s: when the stats query is
+# slower than that, the last snapshot is sent again (a keep-alive comment
+# before the very first one).
+KEEPALIVE_SECONDS = 1.5  # waited for before repeating; sending takes the rest of the 2 s
 # Samples of each queue's completions/s kept for the sparkline (about 2 minutes).
 HISTORY_POINTS = 120
 
@@ -47,20 +50,24 @@ SSE_HEADERS = [
 ]
 
 
+# Put in a listener's inbox instead of a snapshot: end the response now.
+CLOSE = None
+
+
 class SnapshotHub:
     """One publisher per event loop; each listener owns a one-slot queue of the latest snapshot."""
 
     def __init__(self, tick: float = TICK_SECONDS) -> None:
         self.tick = tick
-        self.listeners: set[asyncio.Queue[dict[str, Any]]] = set()
+        self.listeners: set[asyncio.Queue[dict[str, Any] | None]] = set()
         self.latest: dict[str, Any] | None = None
         self.computed = 0  # snapshots computed so far (tests check the sharing)
         self._history: dict[str, deque[float]] = {}
         self._last_sampled_at: str | None = None
         self._task: asyncio.Task[None] | None = None
 
-    def subscribe(self) -> asyncio.Queue[dict[str, Any]]:
-        inbox: asyncio.Queue[dict[str, Any]] = asyncio.Queue(maxsize=1)
+    def subscribe(self) -> asyncio.Queue[dict[str, Any] | None]:
+        inbox: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue(maxsize=1)
         self.listeners.add(inbox)
         if self.latest is not None:
             inbox.put_nowait(self.latest)
@@ -70,7 +77,7 @@ class SnapshotHub:
             self._task = asyncio.get_running_loop().create_task(self._publish(), context=contextvars.Context())
         return inbox
 
-    def unsubscribe(self, inbox: asyncio.Queue[dict[str, Any]]) -> None:
+    def unsubscribe(self, inbox: asyncio.Queue[dict[str, Any] | None]) -> None:
         self.listeners.discard(inbox)
         if not self.listeners and self._task is not None:
             self._task.cancel()
@@ -78,20 +85,25 @@ class SnapshotHub:
             self.latest = None
 
     async def _publish(self) -> None:
+        loop = asyncio.get_running_loop()
         while self.listeners:
+            started = loop.time()
             try:
                 snapshot = await database_sync_to_async(overview.shared_snapshot)(self.tick)
-            except Exception:
-                # Postgres down or slow: listeners get keep-alives; try again next tick.
-                logger.exception("dashboard stats snapshot failed")
-            else:
                 self.computed += 1
                 self.latest = self._with_history(snapshot)
                 for inbox in list(self.listeners):
-                    if inbox.full():
-                        inbox.get_nowait()  # a slow reader gets the newest snapshot, never a backlog
-                    inbox.put_nowait(self.latest)
-            await asyncio.sleep(self.tick)
+                    _replace(inbox, self.latest)
+            except Exception:
+                # Postgres down or slow: listeners get the last snapshot again; retry next tick.
+                logger.exception("dashboard stats snapshot failed")
+            # One tick from the start of this one: a slow stats query does not stretch the period.
+            await asyncio.sleep(max(0.0, started + self.tick - loop.time()))
+
+    def close_all(self) -> None:
+        """End every open stream (the server is stopping); browsers reconnect by themselves."""
+        for inbox in list(self.listeners):
+            _replace(inbox, CLOSE)
 
     def _with_history(self, snapshot: dict[str, Any]) -> dict[str, Any]:
         # A snapshot shared through Redis may come round twice: sample it once.
@@ -109,6 +121,12 @@ class SnapshotHub:
         return snapshot
 
 
+def _replace(inbox: asyncio.Queue[dict[str, Any] | None], item: dict[str, Any] | None) -> None:
+    if inbox.full():
+        inbox.get_nowait()  # a slow reader gets the newest item, never a backlog
+    inbox.put_nowait(item)
+
+
 _hubs: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, SnapshotHub] = weakref.WeakKeyDictionary()
 
 
@@ -118,7 +136,40 @@ def hub() -> SnapshotHub:
     current = _hubs.get(loop)
     if current is None:
         current = _hubs[loop] = SnapshotHub()
+        _end_streams_on_server_stop(loop, current)
     return current
+
+
+def _end_streams_on_server_stop(loop: asyncio.AbstractEventLoop, the_hub: SnapshotHub) -> None:
+    """Let a graceful stop (SIGTERM, Ctrl-C) end the open streams instead of waiting them out.
+
+    uvicorn stops by waiting for open responses to finish, and a stream never
+    does: every open dashboard would hold a stop for the whole graceful
+    timeout. So the server's own signal handler is wrapped: first end the
+    streams (from the event loop), then let the server stop as usual. Only
+    when a server installed a handler in this (main) thread; otherwise (a plain
+    script, a test run) there is nothing to chain to and nothing changes.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        return
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        previous = signal.getsignal(signum)
+        if (
+            not callable(previous)
+            or previous is signal.default_int_handler
+            or getattr(previous, "ends_dashboard_streams", False)
+        ):
+            continue
+
+        def handler(number: int, frame: Any, previous: Any = previous) -> None:
+            try:
+                loop.call_soon_threadsafe(the_hub.close_all)
+            except RuntimeError:
+                pass  # that loop is gone: no stream left to end
+            previous(number, frame)
+
+        handler.ends_dashboard_streams = True  # type: ignore[attr-defined]
+        signal.signal(signum, handler)
 
 
 def encode_event(snapshot: dict[str, Any], event_id: int) -> bytes:
@@ -157,8 +208,15 @@ class StatsStreamConsumer(AsyncHttpConsumer):
                 try:
                     snapshot = await asyncio.wait_for(inbox.get(), timeout=KEEPALIVE_SECONDS)
                 except TimeoutError:
-                    await self.send_body(b": keep-alive\n\n", more_body=True)
-                    continue
+                    # The stats query is slow (or failing): repeat the last snapshot (its
+                    # "at" tells its age), or at least keep the connection warm.
+                    if the_hub.latest is None:
+                        await self.send_body(b": keep-alive\n\n", more_body=True)
+                        continue
+                    snapshot = the_hub.latest
+                if snapshot is CLOSE:
+                    await self.send_body(b"", more_body=False)
+                    return
                 event_id += 1
                 await self.send_body(encode_event(snapshot, event_id), more_body=True)
         finally:

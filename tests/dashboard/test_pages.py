@@ -47,7 +47,7 @@ def test_staff_sees_every_page(staff_client, url):
 def test_staff_without_model_permissions_cannot_open_the_task_inspector(db, client):
     from django.contrib.auth import get_user_model
 
-    user = get_user_model().objects.create_user("bare", password="pw", is_staff=True)
+    user = get_user_model().objects.create_user("bare", is_staff=True)
     client.force_login(user)
     assert client.get("/admin/queues/task/").status_code == 403
 

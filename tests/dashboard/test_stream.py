@@ -25,7 +25,7 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio]
 
 
 def _session_cookie(*, staff: bool) -> list[tuple[bytes, bytes]]:
-    user = get_user_model().objects.create_user(f"user-{staff}", password="pw", is_staff=staff)
+    user = get_user_model().objects.create_user(f"user-{staff}", is_staff=staff)
     client = Client()
     client.force_login(user)
     cookie = client.cookies[settings.SESSION_COOKIE_NAME].value
@@ -211,3 +211,20 @@ async def test_a_queue_created_while_streaming_appears(staff_headers):
             break
     assert [row["queue"] for row in snapshot["queues"]] == ["fresh"]
     await client.disconnect()
+
+
+async def test_close_all_ends_open_streams_so_a_server_can_stop(staff_headers):
+    await sync_to_async(QueueFactory)(name="q")
+    client = SSEClient(staff_headers)
+    await client.start()
+    await client.next_event()
+
+    stream.hub().close_all()  # what a SIGTERM to the server process triggers
+
+    while True:
+        message = await client.communicator.receive_output(timeout=3)
+        if not message.get("more_body"):
+            break
+    assert message["type"] == "http.response.body"
+    await client.disconnect()
+    assert stream.hub().listeners == set()
