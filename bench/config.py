@@ -37,7 +37,7 @@ class Config:
     worker_processes: int = 2
     worker_concurrency: int = 2
     worker_max_tasks: int = 50
-    naive_tasks: int = 2_000
+    naive_tasks: int = 1_000
     naive_threads: int = 4
     celery_tasks: int = 10_000
     peers: bool = True  # the naive worker and Celery in W3 (BENCH_PEERS=0 skips them while tuning)

@@ -37,7 +37,12 @@ def main(queue_name: str) -> dict[str, str]:
             "lease_seconds": settings.TASKFORGE_HEARTBEAT_TIMEOUT,
             "event_kind": "transition",
         }
-        statements.append(("claim 50 (ordered scan of ready tasks)", claim_sql.replace("{id_filter}", ""), params))
+        statements.append(("claim 50, Postgres fallback (ordered scan)", claim_sql.replace("{id_filter}", ""), params))
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT id FROM tf_task WHERE queue_id = %s AND status = 'pending' LIMIT 50", [queue.id])
+            ids = [row[0] for row in cursor.fetchall()]
+        by_id = claim_sql.replace("{id_filter}", "AND t.id = ANY(%(task_ids)s)")
+        statements.append(("claim 50 by id (ids from the Redis lanes)", by_id, {**params, "task_ids": ids}))
     for name in ("_DEPTHS", "_RATES"):
         sql = getattr(stats, name, None)
         if sql:
