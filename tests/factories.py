@@ -29,7 +29,10 @@ class TaskFactory(factory.django.DjangoModelFactory):
     payload = factory.LazyFunction(lambda: {"n": uuid.uuid4().hex[:8]})
     status = Status.PENDING
     priority = 5
-    scheduled_at = factory.LazyFunction(lambda: timezone.now() - timedelta(seconds=1))
+    # "Due" and "expired" are judged by Postgres' now(), which inside a test's transaction is
+    # the moment the transaction began: past-dated set-ups keep a wide margin so a test that
+    # runs slowly (a busy machine) still sees them as due.
+    scheduled_at = factory.LazyFunction(lambda: timezone.now() - timedelta(minutes=1))
     created_at = factory.LazyFunction(timezone.now)
     updated_at = factory.LazyFunction(timezone.now)
     status_changed_at = factory.LazyFunction(timezone.now)
@@ -47,10 +50,10 @@ class TaskFactory(factory.django.DjangoModelFactory):
         expired_lease = factory.Trait(
             status=Status.EXECUTING,
             claimed_by="worker-1",
-            claimed_at=factory.LazyFunction(lambda: timezone.now() - timedelta(minutes=2)),
-            heartbeat_at=factory.LazyFunction(lambda: timezone.now() - timedelta(minutes=1)),
+            claimed_at=factory.LazyFunction(lambda: timezone.now() - timedelta(minutes=3)),
+            heartbeat_at=factory.LazyFunction(lambda: timezone.now() - timedelta(minutes=2)),
             lease_token=factory.LazyFunction(lambda: uuid.uuid4().hex),
-            lease_expires_at=factory.LazyFunction(lambda: timezone.now() - timedelta(seconds=5)),
+            lease_expires_at=factory.LazyFunction(lambda: timezone.now() - timedelta(seconds=90)),
             attempts=1,
         )
         dead = factory.Trait(
@@ -62,7 +65,7 @@ class TaskFactory(factory.django.DjangoModelFactory):
         retry_due = factory.Trait(
             status=Status.RETRY,
             attempts=1,
-            scheduled_at=factory.LazyFunction(lambda: timezone.now() - timedelta(seconds=1)),
+            scheduled_at=factory.LazyFunction(lambda: timezone.now() - timedelta(minutes=1)),
         )
         done = factory.Trait(
             status=Status.DONE,
