@@ -530,7 +530,7 @@ def test_stats_rates_and_error_rate(producer, worker, queue):
         assert post(worker, "/workers/ack", {"worker_id": "w-1", "task_id": task["id"]}).status_code == 200
     # one nack (dead: no retries) and one lease expiry are the failed attempts
     post(worker, "/workers/nack", {"worker_id": "w-1", "task_id": leased[3]["id"], "error": "x"})
-    Task.objects.filter(pk=leased[4]["id"]).update(lease_expires_at=timezone.now() - timedelta(seconds=1))
+    Task.objects.filter(pk=leased[4]["id"]).update(lease_expires_at=timezone.now() - timedelta(minutes=5))
     from queues import lifecycle
 
     assert lifecycle.expire_leases() == 1
@@ -540,9 +540,9 @@ def test_stats_rates_and_error_rate(producer, worker, queue):
     # Events older than the 60 s window do not count.
     old = TaskFactory(queue=queue, done=True)
     TaskEvent.objects.create(
-        task=old, queue=queue, at=timezone.now() - timedelta(seconds=61), from_status="claimed", to_status="done"
+        task=old, queue=queue, at=db_now() - timedelta(seconds=61), from_status="claimed", to_status="done"
     )
-    TaskEvent.objects.create(task=old, queue=queue, at=timezone.now() - timedelta(seconds=61), to_status="pending")
+    TaskEvent.objects.create(task=old, queue=queue, at=db_now() - timedelta(seconds=61), to_status="pending")
     body = producer.get("/queues/email_jobs/stats").json()
     assert body["enqueued_per_sec"] == pytest.approx(6 / 60, abs=0.001)
     assert body["completed_per_sec"] == pytest.approx(3 / 60, abs=0.001)

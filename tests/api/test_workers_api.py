@@ -23,7 +23,7 @@ def ts(value: str) -> datetime:
 
 def expire(task_id) -> None:
     """Let the lease run out (set-up: time is moved, not slept)."""
-    Task.objects.filter(pk=task_id).update(lease_expires_at=timezone.now() - timedelta(seconds=1))
+    Task.objects.filter(pk=task_id).update(lease_expires_at=timezone.now() - timedelta(minutes=5))
 
 
 def leased(worker, producer, worker_id="w-1", **enqueue_body):
@@ -64,7 +64,7 @@ def test_claim_unknown_queue_is_404(worker):
 
 def test_claim_order_priority_then_oldest(producer, worker, queue):
     now = timezone.now()
-    late_high = TaskFactory(queue=queue, priority=1, scheduled_at=now - timedelta(seconds=1))
+    late_high = TaskFactory(queue=queue, priority=1, scheduled_at=now - timedelta(seconds=30))
     early_low = TaskFactory(queue=queue, priority=9, scheduled_at=now - timedelta(hours=1))
     early_high = TaskFactory(queue=queue, priority=1, scheduled_at=now - timedelta(minutes=5))
     mid = TaskFactory(queue=queue, priority=5, scheduled_at=now - timedelta(minutes=1))
@@ -168,7 +168,7 @@ def test_only_the_lease_holder_may_report(producer, worker, queue, verb, who):
         from queues import lifecycle
 
         assert lifecycle.expire_leases() == 1
-        Task.objects.filter(pk=task["id"]).update(scheduled_at=timezone.now() - timedelta(seconds=1))
+        Task.objects.filter(pk=task["id"]).update(scheduled_at=timezone.now() - timedelta(minutes=5))
         lifecycle.promote_due()
         (again,) = claim(worker, "w-2", queue="email_jobs")
         assert again["id"] == task["id"]

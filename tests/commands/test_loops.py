@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import signal
 import time
-from datetime import timedelta
+from datetime import datetime, timedelta
 from io import StringIO
 
 import pytest
@@ -177,9 +178,13 @@ def test_loops_exit_zero_promptly_on_signal(live_stack, sig):
     assert wait_for(lambda: Task.objects.filter(status=Status.PENDING).exists(), 10)
     for process in processes:
         process.send_signal(sig)
-    stopped_at = time.monotonic()
-    codes = [process.wait(timeout=10) for process in processes]
+    signalled_at = time.time()
+    codes = [process.wait(timeout=30) for process in processes]
     assert codes == [0, 0, 0], live_stack.output()
-    assert time.monotonic() - stopped_at < 5
     for command, log in zip(commands, logs, strict=True):
-        assert f"{command.removeprefix('run_')} stopped" in log.read_text(errors="replace")
+        stopped = [line for line in log.read_text(errors="replace").splitlines() if '"loop.stop"' in line]
+        assert stopped, live_stack.output()
+        # The loop itself reacts within a sleep slice or a tick, even with an hour-long interval
+        # (interpreter shutdown after that is not the loop's doing, and slow on a busy machine).
+        stopped_at = datetime.fromisoformat(json.loads(stopped[-1])["ts"]).timestamp()
+        assert stopped_at - signalled_at < 3, command

@@ -141,6 +141,6 @@ def test_retry_is_claimable_only_after_its_backoff():
     lifecycle.nack(task.id, worker_id="worker-1", error="x")
     assert lifecycle.promote_due() == []
     assert lifecycle.claim("w", [queue.id], 1) == []
-    Task.objects.filter(pk=task.id).update(scheduled_at=timezone.now() - timedelta(seconds=1))
+    Task.objects.filter(pk=task.id).update(scheduled_at=timezone.now() - timedelta(minutes=5))
     assert len(lifecycle.promote_due()) == 1
     assert [row["id"] for row in lifecycle.claim("w", [queue.id], 1)] == [task.id]

@@ -25,7 +25,7 @@ STATES = list(Status.values)
 
 def make_task(status: str, queue: Queue) -> Task:
     """A task sitting in ``status``, ready for whatever move that status allows."""
-    past = timezone.now() - timedelta(seconds=5)
+    past = timezone.now() - timedelta(minutes=5)
     if status == Status.PENDING:
         return TaskFactory(queue=queue, scheduled_at=past)
     if status == Status.CLAIMED:
@@ -42,12 +42,12 @@ def make_task(status: str, queue: Queue) -> Task:
 
 
 def _expire(task: Task) -> None:
-    Task.objects.filter(pk=task.pk).update(lease_expires_at=timezone.now() - timedelta(seconds=1))
+    Task.objects.filter(pk=task.pk).update(lease_expires_at=timezone.now() - timedelta(minutes=5))
     lifecycle.expire_leases()
 
 
 def _promote(task: Task) -> None:
-    Task.objects.filter(pk=task.pk).update(scheduled_at=timezone.now() - timedelta(seconds=1))
+    Task.objects.filter(pk=task.pk).update(scheduled_at=timezone.now() - timedelta(minutes=5))
     lifecycle.promote_due()
 
 
@@ -156,7 +156,7 @@ def test_a_task_runs_at_most_one_plus_max_retries_times(queue):
     task = lifecycle.enqueue(queue, [lifecycle.NewTask(payload={}, max_retries=2)])[0][0]
     runs = 0
     while True:
-        Task.objects.filter(pk=task["id"]).update(scheduled_at=timezone.now() - timedelta(seconds=1))
+        Task.objects.filter(pk=task["id"]).update(scheduled_at=timezone.now() - timedelta(minutes=5))
         lifecycle.promote_due()
         claimed = lifecycle.claim("w-1", [queue.id], 1)
         if not claimed:
@@ -178,10 +178,10 @@ def test_lease_expiry_is_a_failed_attempt(queue, settings):
     assert "lease expired" in task.last_error and "worker-1" in task.last_error
     assert task.lease_expires_at is None
     # The last attempt's expiry kills it.
-    Task.objects.filter(pk=task.pk).update(scheduled_at=timezone.now() - timedelta(seconds=1))
+    Task.objects.filter(pk=task.pk).update(scheduled_at=timezone.now() - timedelta(minutes=5))
     lifecycle.promote_due()
     lifecycle.claim("w-2", [queue.id], 1)
-    Task.objects.filter(pk=task.pk).update(lease_expires_at=timezone.now() - timedelta(seconds=1))
+    Task.objects.filter(pk=task.pk).update(lease_expires_at=timezone.now() - timedelta(minutes=5))
     assert lifecycle.expire_leases() == 1
     task.refresh_from_db()
     assert (task.status, task.attempts) == (Status.DEAD, 2)
@@ -199,7 +199,7 @@ def test_promote_keeps_the_backoff_time(queue):
     due_at = timezone.now() + timedelta(seconds=2)
     task = TaskFactory(queue=queue, retry_due=True, scheduled_at=due_at)
     assert lifecycle.promote_due() == []
-    (row,) = lifecycle.promote_due(horizon_seconds=5)
+    (row,) = lifecycle.promote_due(horizon_seconds=60)
     assert (row["id"], row["status"], row["scheduled_at"]) == (task.id, Status.PENDING, due_at)
     # Promoted early, it is still not claimable before its time.
     assert lifecycle.claim("w-1", [queue.id], 1) == []
