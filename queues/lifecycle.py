@@ -144,11 +144,12 @@ def enqueue(queue: Queue, items: Sequence[NewTask]) -> list[tuple[Row, bool]]:
        key was used with another body. The whole call is one transaction.
     """
     keys = [item.idempotency_key for item in items if item.idempotency_key is not None]
+    ids = [uuid.uuid4() for _ in items]
     with transaction.atomic():
         inserted = _rows(
             _ENQUEUE,
             {
-                "ids": [uuid.uuid4() for _ in items],
+                "ids": ids,
                 "payloads": [Jsonb(item.payload, dumps=_dumps) for item in items],
                 "priorities": [item.priority for item in items],
                 "scheduled": [item.scheduled_at for item in items],
@@ -171,16 +172,17 @@ def enqueue(queue: Queue, items: Sequence[NewTask]) -> list[tuple[Row, bool]]:
             ):
                 existing[row["idempotency_key"]] = row
         results: list[tuple[Row, bool]] = []
-        fresh = iter(row for row in inserted)
-        for item in items:
+        # Matched by the ids we chose, not by position: RETURNING's order is not promised.
+        fresh = {row["id"]: row for row in inserted}
+        for item, task_id in zip(items, ids, strict=True):
             key = item.idempotency_key
-            if key is not None and key in existing:
-                found = existing[key]
-                if found["request_fingerprint"] != item.fingerprint:
-                    raise IdempotencyConflict(key)
-                results.append((found, False))
-            else:
-                results.append((next(fresh), True))
+            if task_id in fresh:
+                results.append((fresh[task_id], True))
+                continue
+            found = existing.get(key) if key is not None else None
+            if found is None or found["request_fingerprint"] != item.fingerprint:
+                raise IdempotencyConflict(key or "")
+            results.append((found, False))
         _after_commit(inserted)
         if inserted:
             transaction.on_commit(lambda: dispatch.announce(queue, inserted))
