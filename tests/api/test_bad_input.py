@@ -621,15 +621,7 @@ def test_chunked_bodies_are_capped_on_the_real_server(live_stack):
         assert gzipped.status_code == 415
     assert Task.objects.count() == 1
 
-
-@pytest.mark.slow
-@pytest.mark.django_db(transaction=True)
-def test_an_endless_chunked_body_is_cut_off_at_the_cap(live_stack):
-    """The server stops reading at the cap: it neither buffers nor spools the rest of the upload."""
-    QueueFactory(name="email_jobs")
-    _, key = create_key("endless", "producer")
-    cap = 64 * 1024
-    url = live_stack.start_api(extra_env={"TASKFORGE_MAX_PAYLOAD_BYTES": str(cap)})
+    # An endless upload is cut off at the cap: the server neither buffers nor spools the rest.
     total = 64 * 1024 * 1024
     sent = 0
 
@@ -640,15 +632,13 @@ def test_an_endless_chunked_body_is_cut_off_at_the_cap(live_stack):
             sent += len(piece)
             yield piece
 
-    headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
     try:
-        response = httpx.post(f"{url}{TASKS}", content=endless(), headers=headers, timeout=30)
-        status = response.status_code
+        status = httpx.post(f"{url}{TASKS}", content=endless(), headers=headers, timeout=30).status_code
     except httpx.TransportError:
         status = None  # the server hung up mid-upload, before the client could read its answer
     assert status in (413, None)
     assert sent < total // 4, f"the server read {sent} bytes of an oversized body"
-    assert Task.objects.count() == 0
+    assert Task.objects.count() == 1
 
 
 def test_an_internal_error_is_500_without_a_traceback(producer, queue, monkeypatch):
