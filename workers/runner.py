@@ -9,7 +9,7 @@ is loaded on first use.
 Threads, and why each exists:
 
 1. The main thread claims: it long-polls for as many tasks as there are free
-   slots (``concurrency`` minus the tasks in flight) and hands them to the pool.
+   slots (``concurrency`` minus the handlers running) and hands them to the pool.
 2. ``concurrency`` pool threads run the handler, one task each. A handler's
    return value (a dict or None) becomes an ack; an exception a nack.
 3. The reporter thread sends those acks and nacks. It takes everything that
@@ -390,10 +390,13 @@ class Runner:
         self.config = config
         self.handler = handler
         self.client = client or TaskForgeClient(config.api_url, config.api_key, timeout=config.request_timeout)
-        # One lock (never taken twice by a thread) guards _in_flight and each Flight's state.
+        # One lock (never taken twice by a thread) guards _in_flight, _running and each Flight's state.
         self._lock = threading.Lock()
         self._slots = threading.Condition(self._lock)
         self._in_flight: dict[str, Flight] = {}
+        # Handlers running now. A slot frees when its handler returns, not when the ack is
+        # confirmed: the next claim overlaps the ack instead of waiting for it.
+        self._running = 0
         self._work: queue.Queue[Flight | None] = queue.Queue()
         self._outcomes: queue.Queue[Outcome] = queue.Queue()
         self.stopping = threading.Event()
@@ -469,7 +472,7 @@ class Runner:
     def _claim_loop(self) -> None:
         while not self.stopping.is_set():
             with self._slots:
-                free = self.config.concurrency - len(self._in_flight)
+                free = self.config.concurrency - self._running
                 if free <= 0:
                     self._slots.wait(TICK_SECONDS)
                     continue
@@ -494,6 +497,7 @@ class Runner:
                 flight = self._flight(task)
                 with self._lock:
                     self._in_flight[flight.job.id] = flight
+                    self._running += 1
                 self._work.put(flight)
             if not tasks:
                 self.stopping.wait(self.config.poll_interval)
@@ -539,7 +543,9 @@ class Runner:
         except BaseException as exc:  # a handler's SystemExit must not kill a pool thread either
             outcome = Outcome(flight, ack=False, error=describe_exception(exc))
         elapsed_ms = round((time.monotonic() - flight.started) * 1000)
-        with self._lock:
+        with self._slots:
+            self._running -= 1
+            self._slots.notify_all()
             if flight.state == ABANDONED:
                 dropped = "the shutdown grace period had run out (it was nacked)"
             elif flight.lost:

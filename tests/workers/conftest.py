@@ -110,13 +110,29 @@ class TaskForge:
         return Worker(process, self.stack.logs[-1], worker_id)
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "loops(*commands): background loops (run_scheduler, run_watchdog) the taskforge fixture starts"
+    )
+
+
 @pytest.fixture
-def taskforge(live_stack: LiveStack) -> Iterator[TaskForge]:
-    """API with short (LEASE_SECONDS) leases, the scheduler (retries) and the watchdog (expiry every second)."""
+def taskforge(live_stack: LiveStack, request: pytest.FixtureRequest) -> Iterator[TaskForge]:
+    """An API with short (LEASE_SECONDS) leases, plus the loops the test's ``loops`` mark names.
+
+    Only the loops a test needs are started, and the test begins once they
+    run: on a busy 2-core machine a starting Django process takes seconds of
+    CPU that a 3-second lease cannot spare.
+    """
     keys = {role: create_key(f"{role}-live", role)[1] for role in ("admin", "producer", "worker")}
+    marker = request.node.get_closest_marker("loops")
+    logs = []
+    for command in marker.args if marker else ():
+        live_stack.start_loop(command, extra_env=SHORT_LEASES)
+        logs.append(live_stack.logs[-1])
     url = live_stack.start_api(extra_env=SHORT_LEASES)
-    live_stack.start_loop("run_scheduler")
-    live_stack.start_loop("run_watchdog", extra_env=SHORT_LEASES)
+    for log in logs:
+        wait_for(lambda log=log: log.exists() and "loop.start" in log.read_text(), 60, what=f"{log.name} running")
     forge = TaskForge(live_stack, url, keys)
     yield forge
     for client in forge.clients:

@@ -48,6 +48,7 @@ def test_missing_options_fail_the_system_check():
 
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.slow
+@pytest.mark.loops("run_scheduler")
 def test_django_tasks_run_on_the_reference_worker_and_results_are_readable(taskforge):
     QueueFactory(name="django", max_retries=1, retry_base_ms=100, retry_max_delay_ms=200)
     QueueFactory(name="reports")

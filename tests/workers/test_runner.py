@@ -63,6 +63,7 @@ def test_worker_runs_demo_handler_acks_results_and_batches_acks(taskforge):
     assert worker.terminate() == 0
 
 
+@pytest.mark.loops("run_scheduler")
 def test_failed_attempt_is_retried_then_succeeds(taskforge):
     QueueFactory(name="jobs", retry_base_ms=100, retry_max_delay_ms=200)
     producer = taskforge.client("producer")
@@ -78,6 +79,7 @@ def test_failed_attempt_is_retried_then_succeeds(taskforge):
     assert "Traceback" in failure["detail"]
 
 
+@pytest.mark.loops("run_scheduler")
 def test_payload_asking_to_fail_ends_in_the_dead_letter_queue(taskforge):
     for name in ("demo", "jobs"):
         QueueFactory(name=name, max_retries=2, retry_base_ms=100, retry_max_delay_ms=200)
@@ -102,6 +104,7 @@ def test_payload_asking_to_fail_ends_in_the_dead_letter_queue(taskforge):
     assert entry["id"] == hopeless["id"]
 
 
+@pytest.mark.loops("run_watchdog")
 def test_heartbeats_keep_a_task_alive_three_times_longer_than_its_lease(taskforge):
     QueueFactory(name="jobs")
     producer = taskforge.client("producer")
@@ -122,6 +125,7 @@ def test_heartbeats_keep_a_task_alive_three_times_longer_than_its_lease(taskforg
     assert not worker.events("task.lease_lost")
 
 
+@pytest.mark.loops("run_scheduler", "run_watchdog")
 def test_task_of_a_killed_worker_runs_again_elsewhere_and_finishes_once(taskforge, tmp_path):
     QueueFactory(name="jobs", retry_base_ms=100, retry_max_delay_ms=200)
     producer = taskforge.client("producer")
@@ -184,6 +188,7 @@ def test_sigterm_acks_the_running_task_and_hands_back_the_rest(taskforge):
     assert worker.events("worker.stop")[0]["exit_code"] == 0
 
 
+@pytest.mark.loops("run_scheduler")
 def test_handler_retry_after_delays_the_next_attempt(taskforge):
     QueueFactory(name="jobs", retry_base_ms=100, retry_max_delay_ms=200)
     producer = taskforge.client("producer")
@@ -201,6 +206,7 @@ def test_handler_retry_after_delays_the_next_attempt(taskforge):
     assert at(second_claim) >= due
 
 
+@pytest.mark.loops("run_watchdog")
 def test_heartbeat_lease_lost_drops_the_task_and_never_acks_it(taskforge):
     QueueFactory(name="jobs", retry_base_ms=60_000, retry_max_delay_ms=60_000)
     producer = taskforge.client("producer")
@@ -258,6 +264,7 @@ class PartitionedClient(TaskForgeClient):
         raise ConnectionFailed("heartbeat: network unreachable")
 
 
+@pytest.mark.loops("run_watchdog")
 def test_ack_answered_lease_lost_is_dropped_not_retried_as_ours(taskforge, caplog):
     QueueFactory(name="jobs", retry_base_ms=60_000, retry_max_delay_ms=60_000)
     producer = taskforge.client("producer")
