@@ -400,6 +400,7 @@ class Runner:
         self._work: queue.Queue[Flight | None] = queue.Queue()
         self._outcomes: queue.Queue[Outcome] = queue.Queue()
         self.stopping = threading.Event()
+        self._stop_requested = 0.0  # monotonic time of the signal: the grace period counts from it
         self._hurry = threading.Event()
         self._threads_stop = threading.Event()
         self._django_runner: Callable[[Job], Any] | None = None
@@ -458,6 +459,8 @@ class Runner:
         return code
 
     def stop(self) -> None:
+        if not self.stopping.is_set():
+            self._stop_requested = time.monotonic()
         self.stopping.set()
 
     def _on_signal(self, signum: int, frame: object) -> None:
@@ -465,7 +468,7 @@ class Runner:
             self._hurry.set()  # a second signal: no more grace
             return
         self._log(logging.INFO, "worker.stopping", f"received {signal.Signals(signum).name}: draining")
-        self.stopping.set()
+        self.stop()
 
     # -- 1. claiming (main thread)
 
@@ -728,7 +731,8 @@ class Runner:
 
     def _drain(self) -> None:
         """Let running tasks finish within the grace period; hand back the rest."""
-        deadline = time.monotonic() + self.config.grace_seconds
+        # A claim in flight when the signal came may have used some of the grace period.
+        deadline = (self._stop_requested or time.monotonic()) + self.config.grace_seconds
         with self._slots:
             while self._in_flight and time.monotonic() < deadline and not self._hurry.is_set():
                 self._slots.wait(TICK_SECONDS)
