@@ -248,7 +248,7 @@ def claim(worker_id: str, queue: Queue | None, max_tasks: int) -> Claimed:
 # --- long polling ---------------------------------------------------------------------------
 
 
-def _release_connection() -> None:
+def release_connection() -> None:
     """Hand the database connection back to the pool while a claim waits.
 
     Inside a test's transaction the connection must stay (closing it would
@@ -258,41 +258,42 @@ def _release_connection() -> None:
         connection.close()
 
 
-def _claim_again(worker_id: str, queue_id: uuid.UUID | None, max_tasks: int) -> Claimed | None:
-    """A claim attempt during a wait; None when the queue was deleted meanwhile."""
+def _claim_again(worker_id: str, queue_id: uuid.UUID | None, max_tasks: int, fresh: Queue | None) -> Claimed | None:
+    """A claim attempt of a long poll; None when the queue was deleted meanwhile."""
     try:
-        queue = None
-        if queue_id is not None:
+        queue = fresh
+        if queue is None and queue_id is not None:
             queue = Queue.objects.filter(pk=queue_id).first()  # paused / rate limit may have changed
             if queue is None:
                 return None
         return claim(worker_id, queue, max_tasks)
     finally:
-        _release_connection()
+        release_connection()
 
 
 async def claim_waiting(worker_id: str, queue: Queue | None, max_tasks: int, wait_seconds: float) -> list[Row]:
-    """After an empty first attempt, wait up to ``wait_seconds`` for claimable tasks.
+    """Claim up to ``max_tasks``, waiting up to ``wait_seconds`` for claimable tasks.
 
     Runs on the event loop: the wait is an ``asyncio`` event set by the
-    process's doorbell hub, so it holds no thread and no database connection.
+    process's doorbell hub; between attempts it holds no database connection.
 
-    1. Register with the hub (subscribed to the doorbell channel), then claim
-       once more: a bell that rang before registration would otherwise be lost.
+    1. Register with the hub (subscribed to the doorbell channel) before the
+       first attempt, so a bell that rings after the attempt is never lost.
     2. Wait for a bell, for a rate-limited queue's next token, or for the
        re-check timer (a safety net for a lost bell), then claim again; clear
        the event before each attempt so a bell during the attempt counts.
     """
     loop = asyncio.get_running_loop()
     deadline = loop.time() + wait_seconds
-    await sync_to_async(_release_connection)()
     attempt = sync_to_async(_claim_again)
     queue_id = queue.id if queue is not None else None
+    fresh = queue  # the caller just read it: the first attempt needs no second read
     hub = wakeup.hub()
     async with hub.waiter(queue.name if queue is not None else None, max_tasks) as waiter:
         while True:
             waiter.event.clear()
-            claimed = await attempt(worker_id, queue_id, max_tasks)
+            claimed = await attempt(worker_id, queue_id, max_tasks, fresh)
+            fresh = None
             if claimed is None:
                 return []
             if claimed.rows:

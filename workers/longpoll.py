@@ -22,11 +22,18 @@ from django.http import HttpRequest, HttpResponseBase
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from queues import dispatch
+
 Continuation = Callable[[], Awaitable[Any]]
 
 
 def finish_later(response: Response, continuation: Continuation) -> Response:
-    """Mark ``response`` (not rendered yet) to get its data from ``continuation``."""
+    """Mark ``response`` (not rendered yet) to get its data from ``continuation``.
+
+    The database connection goes back to the pool now: the continuation may
+    wait a long time, and takes one again only when it has work to do.
+    """
+    dispatch.release_connection()
     response.continuation = continuation  # type: ignore[attr-defined]
     return response
 

@@ -59,16 +59,14 @@ class ClaimView(LongPollView):
         queue = queue_or_404(fields["queue"]) if fields["queue"] is not None else None
         worker_id, max_tasks, wait_seconds = fields["worker_id"], fields["max_tasks"], fields["wait_seconds"]
         registry.seen(worker_id, claim=True)
-        rows = dispatch.claim(worker_id, queue, max_tasks).rows
-        response = Response(_claimed(rows))
-        if rows or not wait_seconds:
-            return response
+        if not wait_seconds:
+            return Response(_claimed(dispatch.claim(worker_id, queue, max_tasks).rows))
 
-        async def wait() -> dict[str, Any]:
-            waited = await dispatch.claim_waiting(worker_id, queue, max_tasks, wait_seconds)
-            return await sync_to_async(_claimed)(waited)
+        async def wait() -> dict[str, Any]:  # claims at once, then waits if it found nothing
+            rows = await dispatch.claim_waiting(worker_id, queue, max_tasks, wait_seconds)
+            return await sync_to_async(_claimed)(rows)
 
-        return finish_later(response, wait)
+        return finish_later(Response({"tasks": []}), wait)
 
 
 @schema.heartbeat_schema
