@@ -1,7 +1,13 @@
-"""Queue statistics: one function behind the stats endpoint, the dashboard and /metrics.
+"""Queue statistics: one function behind the stats endpoint and the dashboard.
 
-Active states are counted through the partial and composite indexes; rates
-come from the event table's (queue, at) index over the last 60 seconds.
+Depth is counted the way ``queues.depth`` counts it for ``/metrics``, so a
+table holding millions of finished tasks costs no full scan: active states
+through the leading columns of ``tf_task_queue_status`` (an index-only range
+scan over just those rows). ``done``/``cancelled`` are exact for the stats
+endpoint (one queue, one index range) and taken from the shared 30-second
+cache of ``queues.depth`` for the dashboard, which asks every second for every
+queue. Rates come from the event table's (queue, at) index over the last 60
+seconds.
 """
 
 from __future__ import annotations
@@ -9,27 +15,28 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from django.db import connection
+from django.db import connection, transaction
 
+from queues import depth as depth_counts
+from queues.depth import ACTIVE_STATUSES, DEPTH_STATUSES
 from queues.models import Queue
 
 RATE_WINDOW_SECONDS = 60
 
-_DEPTHS = """
-SELECT t.queue_id,
-       count(*) FILTER (WHERE t.status = 'pending' AND t.scheduled_at <= now()) AS pending,
-       count(*) FILTER (WHERE t.status = 'pending' AND t.scheduled_at > now()) AS scheduled,
-       count(*) FILTER (WHERE t.status = 'claimed') AS claimed,
-       count(*) FILTER (WHERE t.status = 'executing') AS executing,
-       count(*) FILTER (WHERE t.status = 'retry') AS retry,
-       count(*) FILTER (WHERE t.status = 'done') AS done,
-       count(*) FILTER (WHERE t.status = 'dead') AS dead,
-       count(*) FILTER (WHERE t.status = 'cancelled') AS cancelled,
-       extract(epoch FROM now() - min(t.scheduled_at)
-               FILTER (WHERE t.status = 'pending' AND t.scheduled_at <= now())) AS oldest_pending_age
+_ACTIVE = """
+SELECT t.queue_id, t.status, count(*) AS total,
+       count(*) FILTER (WHERE t.scheduled_at <= now()) AS due,
+       extract(epoch FROM now() - min(t.scheduled_at) FILTER (WHERE t.scheduled_at <= now())) AS oldest_due_age
 FROM tf_task t
-WHERE t.queue_id = ANY(%(queue_ids)s)
-GROUP BY t.queue_id
+WHERE t.queue_id = ANY(%(queue_ids)s) AND t.status = ANY(%(statuses)s)
+GROUP BY t.queue_id, t.status
+"""
+
+_FINISHED = """
+SELECT t.queue_id, t.status, count(*) AS total
+FROM tf_task t
+WHERE t.queue_id = ANY(%(queue_ids)s) AND t.status IN ('done', 'cancelled')
+GROUP BY t.queue_id, t.status
 """
 
 _RATES = """
@@ -44,37 +51,62 @@ WHERE e.queue_id = ANY(%(queue_ids)s) AND e.kind = 'transition'
 GROUP BY e.queue_id
 """
 
-DEPTH_STATUSES = ("pending", "scheduled", "claimed", "executing", "retry", "done", "dead", "cancelled")
 
-
-def _by_queue(sql: str, params: dict[str, Any]) -> dict[uuid.UUID, dict[str, Any]]:
-    with connection.cursor() as cursor:
+def _fetch(sql: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute("SET LOCAL jit = off")  # compiling costs more than these scans
         cursor.execute(sql, params)
-        names = [column.name for column in cursor.description]
-        return {row[0]: dict(zip(names, row, strict=True)) for row in cursor.fetchall()}
+        return cursor.fetchall()
 
 
-def queue_stats(queues: list[Queue]) -> list[dict[str, Any]]:
-    """The contract's stats object for each queue, in the given order."""
+def _depths(
+    ids: list[uuid.UUID], *, exact_finished: bool
+) -> tuple[dict[uuid.UUID, dict[str, int]], dict[uuid.UUID, float]]:
+    depths = {queue_id: dict.fromkeys(DEPTH_STATUSES, 0) for queue_id in ids}
+    oldest: dict[uuid.UUID, float] = {}
+    for queue_id, status, total, due, oldest_age in _fetch(
+        _ACTIVE, {"queue_ids": ids, "statuses": list(ACTIVE_STATUSES)}
+    ):
+        if status == "pending":
+            depths[queue_id]["pending"] = int(due)
+            depths[queue_id]["scheduled"] = int(total) - int(due)
+            if oldest_age is not None:
+                oldest[queue_id] = float(oldest_age)
+        else:
+            depths[queue_id][status] = int(total)
+    if exact_finished:
+        for queue_id, status, total in _fetch(_FINISHED, {"queue_ids": ids}):
+            depths[queue_id][status] = int(total)
+    else:
+        cached = depth_counts.finished_counts()
+        for queue_id in ids:
+            depths[queue_id].update(cached.get(str(queue_id), {}))
+    return depths, oldest
+
+
+def queue_stats(queues: list[Queue], *, exact_finished: bool = True) -> list[dict[str, Any]]:
+    """The contract's stats object for each queue, in the given order.
+
+    ``exact_finished=False`` reads done/cancelled counts from the shared
+    cache (up to about 30 s old) instead of counting them now.
+    """
     ids = [q.id for q in queues]
-    depths = _by_queue(_DEPTHS, {"queue_ids": ids})
-    rates = _by_queue(_RATES, {"queue_ids": ids, "window": RATE_WINDOW_SECONDS})
+    depths, oldest = _depths(ids, exact_finished=exact_finished)
+    rates = {row[0]: row for row in _fetch(_RATES, {"queue_ids": ids, "window": RATE_WINDOW_SECONDS})}
     results = []
     for q in queues:
-        depth = depths.get(q.id, {})
-        rate = rates.get(q.id, {})
-        acked, failed = rate.get("acked", 0), rate.get("failed", 0)
+        _, enqueued, acked, failed = rates.get(q.id, (q.id, 0, 0, 0))
         finished = acked + failed
-        oldest = depth.get("oldest_pending_age")
+        age = oldest.get(q.id)
         results.append(
             {
                 "queue": q.name,
-                "depth": {status: depth.get(status, 0) for status in DEPTH_STATUSES},
-                "dlq_depth": depth.get("dead", 0),
-                "enqueued_per_sec": round(rate.get("enqueued", 0) / RATE_WINDOW_SECONDS, 3),
+                "depth": depths[q.id],
+                "dlq_depth": depths[q.id]["dead"],
+                "enqueued_per_sec": round(enqueued / RATE_WINDOW_SECONDS, 3),
                 "completed_per_sec": round(acked / RATE_WINDOW_SECONDS, 3),
                 "error_rate": round(failed / finished, 4) if finished else 0,
-                "oldest_pending_age_seconds": None if oldest is None else round(float(oldest), 3),
+                "oldest_pending_age_seconds": None if age is None else round(age, 3),
                 "paused": q.paused,
             }
         )
