@@ -24,6 +24,7 @@ class QueueFactory(factory.django.DjangoModelFactory):
 class TaskFactory(factory.django.DjangoModelFactory):
     class Meta:
         model = Task
+        skip_postgeneration_save = True  # the related DLQ row needs no second save of the task
 
     queue = factory.SubFactory(QueueFactory)
     payload = factory.LazyFunction(lambda: {"n": uuid.uuid4().hex[:8]})
