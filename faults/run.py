@@ -125,7 +125,7 @@ class Harness:
         for command in LOOPS:
             if not self.stack.loops(command):
                 self.stack.start_loop(command)
-        nominal = [p for p in self.stack.workers() if "-plus" not in p.name and "-minus" not in p.name]
+        nominal = [p for p in self.stack.workers() if not any(t in p.name for t in ("-plus", "-minus", "-fp"))]
         for _ in range(self.workers - len(nominal)):
             self.stack.start_worker()
 

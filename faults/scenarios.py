@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from faults.checker import CheckResult
     from faults.run import Harness, ScenarioRun
 
-FAILPOINTS = "claim.after_commit=2%kill,ack.after_commit=2%kill,enqueue.after_commit=2%kill"
+FAILPOINTS = "claim.after_commit=5%kill,ack.after_commit=5%kill,enqueue.after_commit=5%kill"
 
 
 @dataclass
@@ -249,15 +249,21 @@ def api_kill9(h: Harness, run: ScenarioRun) -> None:
 
 
 def failpoints(h: Harness, run: ScenarioRun) -> None:
-    target = h.stack.apis()[-1]
-    h.stack.stop(target)
-    broken = h.stack.start_api(port=int(target.url.rsplit(":", 1)[1]), extra_env={"TASKFORGE_FAILPOINTS": FAILPOINTS})
-    run.fault(f"API server {broken.name} restarted with failpoints {FAILPOINTS}")
+    # A third API server with failpoints, and two workers of its own: the producers use it
+    # too. (Restarting one of the two main servers instead would also measure the outage of
+    # a whole server, which api-kill9 already does.)
+    broken = h.stack.start_api(extra_env={"TASKFORGE_FAILPOINTS": FAILPOINTS})
+    run.fault(f"API server {broken.name} started with failpoints {FAILPOINTS}")
+    own_workers = [h.stack.start_worker(api_url=broken.url, tag="-fp") for _ in range(2)]
     (watchdog,) = h.stack.loops("run_watchdog")[:1]
     h.stack.stop(watchdog)
     watchdog_env = {"TASKFORGE_FAILPOINTS": "watchdog.after_expire=kill"}
     watchdog = h.stack.start_loop("run_watchdog", extra_env=watchdog_env, tag="-fp")
     run.fault("watchdog restarted with failpoint watchdog.after_expire=kill")
+    victim = busy_worker(h, run)  # orphaned leases: the watchdog will have expiries to commit
+    h.stack.kill(victim)
+    run.fault(f"kill -9 worker {victim.worker_id}: its leases will expire")
+    h.stack.start_worker()
     deaths = 0
     deadline = time.monotonic() + 12
     while time.monotonic() < deadline:
@@ -268,12 +274,13 @@ def failpoints(h: Harness, run: ScenarioRun) -> None:
             watchdog = h.stack.start_loop("run_watchdog", extra_env=watchdog_env, tag="-fp")
         time.sleep(0.2)
     run.notes["watchdog_failpoint_kills"] = deaths
-    run.notes["api_failpoint_kills"] = _api_worker_deaths(broken)
     h.stack.stop(watchdog)
     h.stack.start_loop("run_watchdog")
+    for worker in own_workers:
+        h.stack.stop(worker)
     h.stack.stop(broken)
-    h.stack.start_api(port=int(broken.url.rsplit(":", 1)[1]))
-    run.fault("failpoints off: API server and watchdog restarted without them")
+    run.notes["api_failpoint_kills"] = _api_worker_deaths(broken)
+    run.fault("failpoints off: the failing API server and its workers stopped, a plain watchdog started")
 
 
 def _api_worker_deaths(proc: Proc) -> int:
