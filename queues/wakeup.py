@@ -2,7 +2,7 @@
 
 Whoever makes tasks claimable (enqueue, promotion, replay, the scheduler
 moving due tasks, the dispatcher refilling a lane, a queue resumed) rings:
-one ``PUBLISH`` on :data:`CHANNEL` naming the queue and how many tasks
+one ``PUBLISH`` on :func:`channel` naming the queue and how many tasks
 arrived (0: unknown, wake everyone).
 
 Each API process listens with ONE Redis connection (:class:`Hub`, one per
@@ -33,17 +33,27 @@ from taskforge.redis import redis_client
 
 logger = logging.getLogger("taskforge.wakeup")
 
-CHANNEL = "tf:wake"
+CHANNEL_PREFIX = "tf:wake:"
 #: Re-check interval while the hub is subscribed: only a safety net for a lost bell.
 CONNECTED_RECHECK_SECONDS = 5.0
 #: Re-check interval while Redis is unreachable (claims then come from Postgres).
 DISCONNECTED_RECHECK_SECONDS = 1.0
 
 
+def channel() -> str:
+    """The doorbell channel of this deployment.
+
+    Pub/sub ignores Redis database numbers, so the channel carries the
+    database: deployments (or test runs) sharing one Redis server on different
+    databases never ring each other's bells.
+    """
+    return f"{CHANNEL_PREFIX}{redis_client().connection_pool.connection_kwargs.get('db', 0)}"
+
+
 def ring(queue_name: str, count: int = 0) -> None:
     """Tell every API process that ``count`` tasks (0: some) became claimable in the queue."""
     try:
-        redis_client().publish(CHANNEL, f"{count} {queue_name}".encode())
+        redis_client().publish(channel(), f"{count} {queue_name}".encode())
     except redis.RedisError:
         logger.warning("redis unavailable: long-poll wakeup skipped", extra={"queue": queue_name})
 
@@ -106,7 +116,7 @@ class Hub:
             client = aioredis.Redis.from_url(settings.REDIS_URL, socket_connect_timeout=2, health_check_interval=15)
             pubsub = client.pubsub(ignore_subscribe_messages=True)
             try:
-                await pubsub.subscribe(CHANNEL)
+                await pubsub.subscribe(channel())
                 self.connected = True
                 self._settled.set()
                 backoff = 0.2

@@ -12,7 +12,7 @@ import pytest
 from django.core.management import call_command
 from django.utils import timezone
 
-from queues import lanes, schedule
+from queues import lanes, schedule, wakeup
 from queues.apikeys import create_key
 from queues.management.commands.run_scheduler import Command as SchedulerCommand
 from queues.models import Task
@@ -74,7 +74,7 @@ def test_fast_tick_moves_due_entries_into_the_lane_and_rings(queue):
     task = TaskFactory(queue=queue, scheduled_at=in_seconds(1), priority=2)
     schedule.slow_tick()
     pubsub = redis_client().pubsub(ignore_subscribe_messages=True)
-    pubsub.subscribe("tf:wake")
+    pubsub.subscribe(wakeup.channel())
     assert schedule.fast_tick() == 0  # not due yet
     assert lane() == []
     sleep_until(task.scheduled_at)
