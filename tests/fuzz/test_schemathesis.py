@@ -9,7 +9,7 @@ checks are fuzzed too. Path parameters are often pointed at a real queue and
 real tasks so that the fuzzing reaches past the 404s.
 
 Bounded for CI: ``FUZZ_MAX_EXAMPLES`` examples per operation and mode
-(default 8; ``make fuzz`` runs more).
+(default 15; ``make fuzz`` runs more).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from tests.factories import QueueFactory, TaskFactory
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db]
 
-MAX_EXAMPLES = int(os.environ.get("FUZZ_MAX_EXAMPLES", "8"))
+MAX_EXAMPLES = int(os.environ.get("FUZZ_MAX_EXAMPLES", "15"))
 ROLES = ("admin", "producer", "worker")
 # A stream never ends and the admin is HTML behind a session: not JSON API operations.
 EXCLUDED_PATHS = ("/dashboard/stream",)
