@@ -134,12 +134,14 @@ def main() -> int:
                     print(f"== W6 setup: {cfg.w6_history:,} finished tasks", flush=True)
                     drain.setup_history(ctx)
                     document["explain"] = _explain(ctx)
+                started = time.monotonic()
                 for run in range(cfg.runs):
                     print(f"== {name} run {run + 1}/{cfg.runs}", flush=True)
                     workload(ctx, run)
                     stack.check_alive()
                 if cfg.profile and name in _profiled(cfg):
                     document.setdefault("profiles", {})[name] = _profile(ctx, name)
+                document.setdefault("workload_seconds", {})[name] = round(time.monotonic() - started, 1)
             except (KeyboardInterrupt, Interrupted):
                 raise
             except Exception as exc:  # one broken workload must not hide the others

@@ -43,10 +43,14 @@ def main(queue_name: str) -> dict[str, str]:
             ids = [row[0] for row in cursor.fetchall()]
         by_id = claim_sql.replace("{id_filter}", "AND t.id = ANY(%(task_ids)s)")
         statements.append(("claim 50 by id (ids from the Redis lanes)", by_id, {**params, "task_ids": ids}))
-    for name in ("_DEPTHS", "_RATES"):
+    for name in ("_DEPTHS", "_ACTIVE", "_FINISHED", "_RATES"):
         sql = getattr(stats, name, None)
         if sql:
-            params = {"queue_ids": [queue.id], "window": getattr(stats, "RATE_WINDOW_SECONDS", 60)}
+            params = {
+                "queue_ids": [queue.id],
+                "window": getattr(stats, "RATE_WINDOW_SECONDS", 60),
+                "statuses": ["pending", "claimed", "executing", "retry", "dead"],
+            }
             statements.append((f"stats {name.strip('_').lower()}", sql, params))
     for label, sql, params in statements:
         try:
