@@ -25,12 +25,12 @@ from rest_framework.permissions import BasePermission
 from rest_framework.request import Request
 
 from queues.models import ApiKey
+from taskforge import audit
 from taskforge.redis import redis_client
 
 KEY_PREFIX = "tf_"
 Role = ApiKey.Role
-# Who created or revoked which key: never the raw key, only its name, role and prefix.
-audit_log = logging.getLogger("taskforge.audit")
+logger = logging.getLogger("taskforge.apikeys")
 
 # Every request authenticates, and a key row only changes when it is created or
 # revoked: each process keeps the keys it has seen, saving a Postgres query per
@@ -76,7 +76,7 @@ def forget_cached_keys(**kwargs: Any) -> None:
         try:
             redis_client().incr(_GENERATION_KEY)
         except redis.RedisError:
-            audit_log.warning("redis unavailable: cached API keys expire within %ss", KEY_CACHE_SECONDS)
+            logger.warning("redis unavailable: cached API keys expire within %ss", KEY_CACHE_SECONDS)
 
     transaction.on_commit(bump)
 
@@ -116,20 +116,14 @@ def revoke_key(name: str, *, actor: str | None = None) -> bool:
 
 
 def _audit(event: str, key: ApiKey, actor: str | None) -> None:
-    audit_log.info(
-        "%s: %r (%s, prefix %s) by %s",
+    verb = "created" if event == "apikey.created" else "revoked"
+    audit.record(
         event,
-        key.name,
-        key.role,
-        key.prefix,
-        actor or "system",
-        extra={
-            "event": event,
-            "actor": actor or "system",
-            "key_name": key.name,
-            "role": key.role,
-            "prefix": key.prefix,
-        },
+        actor,
+        f"API key {key.name!r} ({key.role}, prefix {key.prefix}) {verb}",
+        key_name=key.name,
+        role=key.role,
+        prefix=key.prefix,
     )
 
 

@@ -23,6 +23,7 @@ from queues.serializers import (
     QueueUpdateSerializer,
 )
 from queues.stats import queue_stats
+from taskforge import audit
 from taskforge.pagination import QueryParams, encode_cursor
 
 PRODUCER, ADMIN = "producer", "admin"
@@ -92,7 +93,9 @@ class QueuePurgeView(APIView):
     roles = {"POST": ADMIN}
 
     def post(self, request: Request, name: str) -> Response:
-        return Response({"purged": lifecycle.purge(queue_or_404(name))})
+        purged = lifecycle.purge(queue_or_404(name))
+        audit.record("queue.purged", audit.api_actor(request), f"queue {name!r} purged", queue=name, count=purged)
+        return Response({"purged": purged})
 
 
 @schema.queue_stats_schema
@@ -236,7 +239,8 @@ class DeadLetterReplayView(APIView):
 
     def post(self, request: Request, name: str, task_id: str) -> Response:
         queue = queue_or_404(name)
-        row = lifecycle.replay(queue, task_id_or_404(task_id), actor=f"api key {request.user.name}")
+        row = lifecycle.replay(queue, task_id_or_404(task_id), actor=audit.api_actor(request))
+        audit.record("dlq.replayed", audit.api_actor(request), f"task {row['id']} replayed", queue=name, count=1)
         return Response(representations.task(row, queue.name))
 
 
@@ -247,7 +251,10 @@ class DeadLetterBulkReplayView(APIView):
     def post(self, request: Request, name: str) -> Response:
         queue = queue_or_404(name)
         fields = _validated(BulkReplaySerializer, request.data)
-        replayed = lifecycle.replay_many(queue, fields.get("ids"), actor=f"api key {request.user.name}")
+        replayed = lifecycle.replay_many(queue, fields.get("ids"), actor=audit.api_actor(request))
+        audit.record(
+            "dlq.replayed", audit.api_actor(request), f"{replayed} dead task(s) replayed", queue=name, count=replayed
+        )
         return Response({"replayed": replayed})
 
 
@@ -257,4 +264,5 @@ class DeadLetterDetailView(APIView):
 
     def delete(self, request: Request, name: str, task_id: str) -> Response:
         lifecycle.discard(queue_or_404(name), task_id_or_404(task_id))
+        audit.record("dlq.discarded", audit.api_actor(request), f"task {task_id} discarded", queue=name, count=1)
         return Response(status=204)
