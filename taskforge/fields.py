@@ -6,7 +6,7 @@ which refuses unknown fields by name.
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from rest_framework import serializers
@@ -65,7 +65,13 @@ def parse_aware_datetime(value: Any) -> datetime:
     parsed = datetime.fromisoformat(value)
     if parsed.tzinfo is None or parsed.utcoffset() is None:
         raise ValueError("must carry an explicit offset (Z or +00:00)")
-    return parsed
+    # In UTC: Python takes offsets up to +-23:59, Postgres only up to +-15:59 (a
+    # 500 otherwise, found by make fuzz). Year 1 or 9999 shifted off the calendar
+    # becomes its first or last instant (a far-past scheduled_at still means now).
+    try:
+        return parsed.astimezone(UTC)
+    except OverflowError:
+        return (datetime.min if parsed.year == 1 else datetime.max).replace(tzinfo=UTC)
 
 
 class AwareDateTimeField(serializers.Field):
