@@ -119,8 +119,11 @@ def _parse(frame: str) -> tuple[str, str] | None:
 
 
 def _short(path: str) -> str:
-    for marker in ("site-packages/", "/lib/python3"):
-        if marker in path:
-            return path.split(marker, 1)[1]
+    """A path without the machine's prefixes: ``django/db/...``, ``threading.py``, ``queues/lifecycle.py``."""
+    if "site-packages/" in path:
+        return path.split("site-packages/", 1)[1]
+    stdlib = re.search(r"/lib/python3\.\d+/(.*)$", path)
+    if stdlib:
+        return stdlib[1]
     parts = Path(path).parts
     return "/".join(parts[-2:]) if len(parts) >= 2 else path
