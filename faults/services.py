@@ -151,9 +151,18 @@ class EmbeddedPostgres:
         return time.monotonic() - started
 
     def stop(self) -> None:
-        if self.server is not None:
-            self.server.cleanup()
-            self.server = None
+        if self.server is None:
+            return
+        import pgserver
+
+        # pg_ctl itself: after a restart pgserver's handle still points at the old
+        # postmaster, thinks the server is already down and would leave it running.
+        try:
+            pgserver.pg_ctl(["-w", "-m", "fast", "stop"], pgdata=self.pgdata, user=self.server.system_user, timeout=60)
+        except subprocess.SubprocessError:
+            pass  # already stopped
+        self.server.cleanup()
+        self.server = None
 
 
 def terminate_backends(url: str) -> int:
