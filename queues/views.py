@@ -27,6 +27,8 @@ from taskforge import audit
 from taskforge.pagination import QueryParams, encode_cursor
 
 PRODUCER, ADMIN = "producer", "admin"
+TASK_LIST_PARAMS = frozenset({"status", "claimed_by", "created_after", "created_before", "limit", "cursor"})
+DLQ_LIST_PARAMS = frozenset({"include_replayed", "died_after", "died_before", "limit", "cursor"})
 
 
 def _validated(serializer_class: type[drf_serializers.Serializer], data: Any) -> dict[str, Any]:
@@ -133,7 +135,7 @@ class TaskListView(APIView):
 
     def get(self, request: Request, name: str) -> Response:
         queue = queue_or_404(name)
-        params = QueryParams(request.query_params)
+        params = QueryParams(request.query_params, TASK_LIST_PARAMS)
         status = params.choice("status", list(Status.values))
         claimed_by = params.text("claimed_by")
         created_after = params.timestamp("created_after")
@@ -206,7 +208,7 @@ class DeadLetterListView(APIView):
 
     def get(self, request: Request, name: str) -> Response:
         queue = queue_or_404(name)
-        params = QueryParams(request.query_params)
+        params = QueryParams(request.query_params, DLQ_LIST_PARAMS)
         include_replayed = params.boolean("include_replayed")
         died_after = params.timestamp("died_after")
         died_before = params.timestamp("died_before")

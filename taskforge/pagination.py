@@ -34,10 +34,17 @@ def decode_cursor(cursor: str) -> tuple[datetime, uuid.UUID]:
 
 
 class QueryParams:
-    """Strict readers for query parameters: a malformed value is a 400 naming it."""
+    """Strict readers for query parameters: a malformed value is a 400 naming it.
 
-    def __init__(self, params: Any) -> None:
+    An unknown parameter is a 400 too, as an unknown body field is: a typo
+    such as ``?stauts=dead`` must not silently list everything.
+    """
+
+    def __init__(self, params: Any, allowed: frozenset[str] | set[str]) -> None:
         self.params = params
+        unknown = sorted(set(params) - set(allowed))
+        if unknown:
+            raise ValidationError({name: ["Unknown query parameter."] for name in unknown})
 
     def text(self, name: str, *, max_length: int = 200) -> str | None:
         value = self.params.get(name)

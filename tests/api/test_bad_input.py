@@ -680,3 +680,8 @@ def test_a_format_query_parameter_is_ignored(producer, queue, fmt):
     response = producer.get(f"/queues/email_jobs?format={fmt}")
     assert response.status_code == 200
     assert response.json()["name"] == "email_jobs"
+
+
+@pytest.mark.parametrize("path", ["/queues/email_jobs/tasks?stauts=dead", "/queues/email_jobs/dlq?stauts=dead&limit=5"])
+def test_an_unknown_list_parameter_is_a_400_naming_it(admin_api, queue, path):
+    assert_error(admin_api.get(path), 400, "validation_error", fields=["stauts"])
