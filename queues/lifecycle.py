@@ -727,7 +727,7 @@ def replay_many(
             if moved:
                 transaction.on_commit(lambda moved=moved: dispatch.announce(queue, moved))
         total += len(moved)
-        if len(moved) < batch or ids is not None:
+        if len(moved) < batch:  # replayed rows are no longer dead: each round takes new ones
             return total
 
 

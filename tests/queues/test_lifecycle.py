@@ -247,3 +247,11 @@ def test_nothing_outside_the_lifecycle_writes_status():
                 if pattern.search(line):
                     offenders.append(f"{relative}:{number}: {line.strip()}")
     assert offenders == []
+
+
+@pytest.mark.django_db
+def test_replay_many_replays_every_given_id_beyond_one_batch():
+    queue = QueueFactory(name="replays")
+    dead = [TaskFactory(queue=queue, dead=True) for _ in range(5)]
+    assert lifecycle.replay_many(queue, [task.id for task in dead], batch=2) == 5
+    assert set(Task.objects.filter(queue=queue).values_list("status", flat=True)) == {"pending"}
