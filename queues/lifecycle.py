@@ -202,12 +202,11 @@ def _dumps(value: Any) -> str:
 _CLAIM = f"""
 WITH picked AS (
     SELECT t.id, t.status AS from_status, t.status_changed_at AS from_changed_at
-    FROM tf_task t
+    FROM {{source}}
     WHERE t.queue_id = ANY(%(queue_ids)s) AND t.status = 'pending' AND t.scheduled_at <= now()
-          {{id_filter}}
     ORDER BY t.priority, t.scheduled_at
     LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED
+    FOR UPDATE OF t SKIP LOCKED
 ), moved AS (
     UPDATE tf_task t
     SET status = 'claimed', claimed_at = now(), claimed_by = %(worker_id)s, heartbeat_at = NULL,
@@ -222,6 +221,12 @@ WITH picked AS (
 {_RECORD_EVENTS}
 ORDER BY m.priority, m.scheduled_at
 """
+
+
+# Ids from the Redis lanes drive the claim: a primary-key lookup per id. A plain
+# ``t.id = ANY(...)`` filter let the planner walk the ready index over every due
+# pending row of the queue (cost growing with the backlog) to honour ORDER BY.
+_CLAIM_BY_ID_SOURCE = "unnest(%(task_ids)s::uuid[]) AS wanted(id) JOIN tf_task t ON t.id = wanted.id"
 
 
 def claim(
@@ -239,7 +244,7 @@ def claim(
     """
     if not queue_ids or limit <= 0:
         return []
-    sql = _CLAIM.replace("{id_filter}", "AND t.id = ANY(%(task_ids)s)" if task_ids is not None else "")
+    sql = _CLAIM.replace("{source}", _CLAIM_BY_ID_SOURCE if task_ids is not None else "tf_task t")
     with transaction.atomic():
         moved = _rows(
             sql,
