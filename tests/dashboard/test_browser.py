@@ -23,36 +23,20 @@ from django.utils import timezone
 
 from queues.apikeys import create_key
 from queues.models import Status, Task
+from tests.browser import launch_chromium, sync_playwright_or_skip
 from tests.factories import QueueFactory
 from workers.models import Worker
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
 SCREENSHOTS = Path(__file__).resolve().parents[2] / "docs" / "screenshots"
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--disable-dev-shm-usage",
-]
 TIMEOUT_MS = 15_000
 
 
 @pytest.fixture
 def browser_page(monkeypatch: pytest.MonkeyPatch) -> Iterator[object]:
-    # Playwright's sync API runs an event loop in this thread; the ORM calls of
-    # the test itself are still plain synchronous calls.
-    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
-    sync_api = pytest.importorskip("playwright.sync_api")
-    executable = Path("/usr/bin/chromium")
-    if not executable.exists():
-        pytest.skip("Debian chromium is not installed (apt-get install -y chromium)")
-    with sync_api.sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=str(executable), headless=True, args=CHROMIUM_ARGS)
+    with sync_playwright_or_skip(monkeypatch) as playwright:
+        browser = launch_chromium(playwright)
         context = browser.new_context(viewport={"width": 1360, "height": 820})
         page = context.new_page()
         page.set_default_timeout(TIMEOUT_MS)
