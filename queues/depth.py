@@ -86,7 +86,7 @@ class QueueDepth:
         return self.depth["dead"]
 
 
-def finished_counts() -> dict[str, dict[str, int]]:
+def _finished_counts() -> dict[str, dict[str, int]]:
     """queue id -> {"done": n, "cancelled": m}, from the shared cache when fresh."""
     client: redis.Redis | None = redis_client()
     try:
@@ -123,7 +123,7 @@ def queue_depths() -> list[QueueDepth]:
             entry.oldest_pending_age_seconds = None if oldest is None else float(oldest)
         else:
             entry.depth[status] = int(total)
-    finished = finished_counts()
+    finished = _finished_counts()
     for queue_id, entry in queues.items():
         for status, total in finished.get(str(queue_id), {}).items():
             entry.depth[status] = total

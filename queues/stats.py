@@ -3,11 +3,11 @@
 Depth is counted the way ``queues.depth`` counts it for ``/metrics``, so a
 table holding millions of finished tasks costs no full scan: active states
 through the leading columns of ``tf_task_queue_status`` (an index-only range
-scan over just those rows). ``done``/``cancelled`` are exact for the stats
-endpoint (one queue, one index range) and taken from the shared 30-second
-cache of ``queues.depth`` for the dashboard, which asks every second for every
-queue. Rates come from the event table's (queue, at) index over the last 60
-seconds.
+scan over just those rows). ``done``/``cancelled`` are counted exactly over
+their own index range, so the stats endpoint and the dashboard show numbers
+that match the database (``/metrics`` caches those two counts instead, see
+``queues.depth``). Rates come from the event table's (queue, at) index over
+the last 60 seconds.
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ from typing import Any
 
 from django.db import connection, transaction
 
-from queues import depth as depth_counts
 from queues.depth import ACTIVE_STATUSES, DEPTH_STATUSES
 from queues.models import Queue
 
@@ -59,9 +58,7 @@ def _fetch(sql: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
         return cursor.fetchall()
 
 
-def _depths(
-    ids: list[uuid.UUID], *, exact_finished: bool
-) -> tuple[dict[uuid.UUID, dict[str, int]], dict[uuid.UUID, float]]:
+def _depths(ids: list[uuid.UUID]) -> tuple[dict[uuid.UUID, dict[str, int]], dict[uuid.UUID, float]]:
     depths = {queue_id: dict.fromkeys(DEPTH_STATUSES, 0) for queue_id in ids}
     oldest: dict[uuid.UUID, float] = {}
     for queue_id, status, total, due, oldest_age in _fetch(
@@ -74,24 +71,15 @@ def _depths(
                 oldest[queue_id] = float(oldest_age)
         else:
             depths[queue_id][status] = int(total)
-    if exact_finished:
-        for queue_id, status, total in _fetch(_FINISHED, {"queue_ids": ids}):
-            depths[queue_id][status] = int(total)
-    else:
-        cached = depth_counts.finished_counts()
-        for queue_id in ids:
-            depths[queue_id].update(cached.get(str(queue_id), {}))
+    for queue_id, status, total in _fetch(_FINISHED, {"queue_ids": ids}):
+        depths[queue_id][status] = int(total)
     return depths, oldest
 
 
-def queue_stats(queues: list[Queue], *, exact_finished: bool = True) -> list[dict[str, Any]]:
-    """The contract's stats object for each queue, in the given order.
-
-    ``exact_finished=False`` reads done/cancelled counts from the shared
-    cache (up to about 30 s old) instead of counting them now.
-    """
+def queue_stats(queues: list[Queue]) -> list[dict[str, Any]]:
+    """The contract's stats object for each queue, in the given order."""
     ids = [q.id for q in queues]
-    depths, oldest = _depths(ids, exact_finished=exact_finished)
+    depths, oldest = _depths(ids)
     rates = {row[0]: row for row in _fetch(_RATES, {"queue_ids": ids, "window": RATE_WINDOW_SECONDS})}
     results = []
     for q in queues:
