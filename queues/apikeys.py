@@ -11,10 +11,8 @@ import hashlib
 import hmac
 import logging
 import secrets
-import time
 from typing import Any
 
-import redis
 from django.db import IntegrityError, transaction
 from django.db.models.signals import post_delete, post_save
 from django.dispatch import receiver
@@ -25,60 +23,28 @@ from rest_framework.permissions import BasePermission
 from rest_framework.request import Request
 
 from queues.models import ApiKey
-from taskforge import audit
-from taskforge.redis import redis_client
+from taskforge import audit, rowcache
 
 KEY_PREFIX = "tf_"
 Role = ApiKey.Role
 logger = logging.getLogger("taskforge.apikeys")
 
+
 # Every request authenticates, and a key row only changes when it is created or
-# revoked: each process keeps the keys it has seen, saving a Postgres query per
-# request (README "Performance"). A change bumps a generation counter in Redis;
-# an entry is used only while the generation it was read under is still current
-# (one Redis GET, a fraction of the query's cost), so a revocation in any
-# process takes effect at once. Without Redis, every request asks Postgres.
-# KEY_CACHE_SECONDS bounds an entry's life even if the counter is flushed.
-KEY_CACHE_SECONDS = 5.0
-_GENERATION_KEY = "tf:apikeys:generation"
-_UNKNOWN = object()
-_key_cache: dict[str, tuple[ApiKey, object, float]] = {}
+# revoked: each process keeps the keys it has seen (queues.cache), saving a
+# Postgres query per request; a revocation in any process takes effect at once.
+def _load_active_key(digest: str) -> ApiKey | None:
+    return ApiKey.objects.filter(key_hash=digest, revoked_at__isnull=True).first()
 
 
-def _generation() -> object:
-    try:
-        return redis_client().get(_GENERATION_KEY)
-    except redis.RedisError:
-        return _UNKNOWN
-
-
-def _active_key(digest: str) -> ApiKey | None:
-    generation = _generation()
-    now = time.monotonic()
-    hit = _key_cache.get(digest)
-    if hit is not None and generation is not _UNKNOWN and hit[1] == generation and hit[2] > now:
-        return hit[0]
-    key = ApiKey.objects.filter(key_hash=digest, revoked_at__isnull=True).first()
-    if key is None or generation is _UNKNOWN:
-        _key_cache.pop(digest, None)  # only valid keys are kept: unknown ones cannot fill the cache
-    else:
-        _key_cache[digest] = (key, generation, now + KEY_CACHE_SECONDS)
-    return key
+_active_keys: rowcache.RowCache[ApiKey] = rowcache.RowCache(_load_active_key)
 
 
 @receiver(post_save, sender=ApiKey)
 @receiver(post_delete, sender=ApiKey)
 def forget_cached_keys(**kwargs: Any) -> None:
     """Invalidate every process's cached keys (after the change commits)."""
-    _key_cache.clear()
-
-    def bump() -> None:
-        try:
-            redis_client().incr(_GENERATION_KEY)
-        except redis.RedisError:
-            logger.warning("redis unavailable: cached API keys expire within %ss", KEY_CACHE_SECONDS)
-
-    transaction.on_commit(bump)
+    rowcache.changed()
 
 
 def hash_key(raw: str) -> str:
@@ -145,7 +111,7 @@ class ApiKeyAuthentication(BaseAuthentication):
         if scheme.lower() != "bearer" or not raw:
             raise exceptions.AuthenticationFailed("use Authorization: Bearer <api key>")
         digest = hash_key(raw)
-        key = _active_key(digest)
+        key = _active_keys.get(digest)
         if key is None or not hmac.compare_digest(key.key_hash, digest):
             raise exceptions.AuthenticationFailed("unknown or revoked API key")
         return key, raw

@@ -28,7 +28,8 @@ from typing import Any
 
 import orjson
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import IntegrityError, connection, transaction
+from psycopg.errors import ForeignKeyViolation
 from psycopg.types.json import Jsonb
 
 from queues import dispatch, observe
@@ -38,6 +39,7 @@ from queues.errors import (
     InvalidTransition,
     LeaseLost,
     QueueNotEmpty,
+    QueueNotFound,
     TaskNotFound,
 )
 from queues.models import Queue, Status
@@ -143,6 +145,17 @@ def enqueue(queue: Queue, items: Sequence[NewTask]) -> list[tuple[Row, bool]]:
     2. Skipped items are answered with the existing task, or a 409 when the
        key was used with another body. The whole call is one transaction.
     """
+    try:
+        return _enqueue(queue, items)
+    except IntegrityError as exc:
+        # The queue row came from a per-process copy (queues.lookups) and was deleted
+        # since; the foreign key is checked at commit.
+        if isinstance(exc.__cause__, ForeignKeyViolation):
+            raise QueueNotFound(queue.name) from None
+        raise
+
+
+def _enqueue(queue: Queue, items: Sequence[NewTask]) -> list[tuple[Row, bool]]:
     keys = [item.idempotency_key for item in items if item.idempotency_key is not None]
     ids = [uuid.uuid4() for _ in items]
     with transaction.atomic():

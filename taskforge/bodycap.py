@@ -5,8 +5,8 @@ file) before any middleware runs, so ``BodyLimitMiddleware`` alone would still
 let a client stream gigabytes to disk, declared or chunked, before hearing 413.
 This wrapper reads at most ``TASKFORGE_MAX_PAYLOAD_BYTES + 1`` bytes: past the
 cap it answers 413 at once and stops reading. Bodies within the cap are handed
-to Django unchanged (one message), and later ``receive()`` calls still reach the
-server, so disconnects are seen as before.
+to Django unchanged (one message, with its length declared), and later
+``receive()`` calls still reach the server, so disconnects are seen as before.
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ class BodyCapMiddleware:
             if not message.get("more_body", False):
                 break
         whole = {"type": "http.request", "body": b"".join(chunks), "more_body": False}
-        await self.app(scope, _replay([whole], receive), send)
+        await self.app(_with_length(scope, size), _replay([whole], receive), send)
 
 
 def _declared_length(scope: Scope) -> int:
@@ -68,6 +68,20 @@ def _declared_length(scope: Scope) -> int:
             except ValueError:
                 return 0  # malformed: the Django middleware answers it with a 400
     return 0
+
+
+def _with_length(scope: Scope, size: int) -> Scope:
+    """The scope of a body now held whole: its length declared, as WSGI needs.
+
+    A chunked request declares no length, and a WSGI application reads only
+    ``CONTENT_LENGTH`` bytes of it (Django reads none).
+    """
+    headers = [(name, value) for name, value in scope.get("headers", []) if name not in _LENGTH_HEADERS]
+    headers.append((b"content-length", str(size).encode()))
+    return {**scope, "headers": headers}
+
+
+_LENGTH_HEADERS = (b"content-length", b"transfer-encoding")
 
 
 def _replay(messages: list[Message], receive: Receive) -> Receive:

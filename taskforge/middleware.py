@@ -17,6 +17,7 @@ from collections.abc import Callable
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse, JsonResponse
 
+from taskforge import rowcache
 from taskforge.errors import error_body
 
 request_id_var: contextvars.ContextVar[str | None] = contextvars.ContextVar("request_id", default=None)
@@ -44,7 +45,8 @@ class RequestIdMiddleware:
         token = request_id_var.set(request_id)
         started = time.perf_counter()
         try:
-            response = self.get_response(request)
+            with rowcache.request_scope():
+                response = self.get_response(request)
             response["X-Request-ID"] = request_id
             duration_ms = round((time.perf_counter() - started) * 1000, 1)
             # A 5xx is something to look at; everything else is routine.

@@ -16,6 +16,7 @@ from rest_framework.test import APIClient
 import taskforge.redis
 from queues.apikeys import create_key
 from queues.models import ApiKey
+from taskforge import rowcache
 from tests.factories import QueueFactory
 
 pytest_plugins = ["tests.live"]
@@ -42,8 +43,10 @@ def redis_db(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.setattr(taskforge.redis, "_client", None)
     client = taskforge.redis.redis_client()
     client.flushdb()
+    rowcache.clear_all()  # copies tagged with the old generation would outlive the flush
     yield
     client.flushdb()
+    rowcache.clear_all()
     taskforge.redis._client = None
 
 

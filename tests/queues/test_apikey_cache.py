@@ -10,6 +10,7 @@ from django.utils import timezone
 from queues import apikeys
 from queues.apikeys import create_key, revoke_key
 from queues.models import ApiKey
+from taskforge import rowcache
 from taskforge.redis import redis_client
 
 pytestmark = pytest.mark.django_db
@@ -45,12 +46,12 @@ def test_a_revocation_by_another_process_takes_effect_at_once(client):
     assert _get(client, raw) == 200
     # Another process revokes it: its signal bumps the generation in Redis, not this cache.
     ApiKey.objects.filter(name="revoked-elsewhere").update(revoked_at=timezone.now())
-    redis_client().incr("tf:apikeys:generation")
+    redis_client().incr(rowcache.GENERATION_KEY)
     assert _get(client, raw) == 401
 
 
 def test_entries_expire_even_if_the_generation_is_lost(client, monkeypatch):
-    monkeypatch.setattr(apikeys, "KEY_CACHE_SECONDS", 0.3)
+    monkeypatch.setattr(rowcache, "MAX_AGE_SECONDS", 0.3)
     _, raw = create_key("flushed", "producer")
     assert _get(client, raw) == 200
     ApiKey.objects.filter(name="flushed").update(revoked_at=timezone.now())  # no bump reaches Redis
@@ -61,4 +62,4 @@ def test_entries_expire_even_if_the_generation_is_lost(client, monkeypatch):
 def test_unknown_keys_are_never_cached(client):
     for n in range(5):
         assert _get(client, f"tf_unknown_{n:040d}") == 401
-    assert apikeys._key_cache == {}
+    assert len(apikeys._active_keys) == 0
