@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 from datetime import UTC, datetime
 
-from pythonjsonlogger.json import JsonFormatter as _JsonFormatter
+from pythonjsonlogger.orjson import OrjsonFormatter as _JsonFormatter
 
 
 def _iso_utc(record: logging.LogRecord) -> str:

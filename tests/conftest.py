@@ -18,6 +18,7 @@ from queues.apikeys import create_key
 from queues.models import ApiKey
 from taskforge import rowcache
 from tests.factories import QueueFactory
+from workers import registry
 
 pytest_plugins = ["tests.live"]
 
@@ -44,9 +45,11 @@ def redis_db(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     client = taskforge.redis.redis_client()
     client.flushdb()
     rowcache.clear_all()  # copies tagged with the old generation would outlive the flush
+    registry.forget_writes()
     yield
     client.flushdb()
     rowcache.clear_all()
+    registry.forget_writes()
     taskforge.redis._client = None
 
 
