@@ -48,6 +48,8 @@ class RequestIdMiddleware:
             with rowcache.request_scope():
                 response = self.get_response(request)
             response["X-Request-ID"] = request_id
+            if getattr(response, "not_for_the_client", False):
+                return response  # an internal first attempt (workers.longpoll): the real answer is logged
             duration_ms = round((time.perf_counter() - started) * 1000, 1)
             # A 5xx is something to look at; everything else is routine.
             access_log.log(

@@ -15,7 +15,7 @@ from queues.lookups import queue_or_404
 from queues.observe import queue_name
 from taskforge.errors import error_body
 from workers import registry, schema
-from workers.longpoll import LongPollView, finish_later
+from workers.longpoll import LongPollView, finish_later, must_wait
 from workers.serializers import (
     AckBatchSerializer,
     AckSerializer,
@@ -53,6 +53,7 @@ class ClaimView(LongPollView):
     """A long poll waits on the event loop (see workers.longpoll), holding no database connection."""
 
     roles = {"POST": WORKER}
+    threaded_attempt = False
 
     def post(self, request: Request) -> Response:
         fields = _validated(ClaimSerializer, request.data)
@@ -61,6 +62,9 @@ class ClaimView(LongPollView):
         registry.seen(worker_id, claim=True)
         if not wait_seconds:
             return Response(_claimed(dispatch.claim(worker_id, queue, max_tasks).rows))
+        if self.threaded_attempt:  # on the thread pool (workers.longpoll.ThreadedFirst)
+            rows = dispatch.claim(worker_id, queue, max_tasks).rows
+            return Response(_claimed(rows)) if rows else must_wait()
 
         async def wait() -> dict[str, Any]:  # claims at once, then waits if it found nothing
             rows = await dispatch.claim_waiting(worker_id, queue, max_tasks, wait_seconds)

@@ -1,0 +1,11 @@
+"""URLs of the threaded attempts (workers.longpoll.ThreadedFirst): only ever routed there."""
+
+from __future__ import annotations
+
+from django.urls import re_path
+
+from workers.views import ClaimView
+
+urlpatterns = [
+    re_path(r"^workers/claim/?$", ClaimView.as_sync_view(threaded_attempt=True), name="worker-claim-attempt"),
+]
