@@ -12,6 +12,7 @@ import uuid
 from typing import Any
 
 from queues.models import LEASED, Queue
+from taskforge.logs import Batch, log_batch
 
 logger = logging.getLogger("taskforge.transitions")
 
@@ -31,27 +32,23 @@ def queue_name(queue_id: uuid.UUID) -> str:
 def transitions(rows: list[dict[str, Any]]) -> None:
     from queues import metrics  # imported late: metrics import settings-dependent clients
 
+    batch: Batch = []
     for row in rows:
         queue = queue_name(row["queue_id"])
         duration_ms = round(float(row["duration_ms"] or 0.0), 3)
-        logger.info(
-            "task %s %s -> %s in %s (%.1f ms)",
-            row["id"],
-            row["from_status"],
-            row["status"],
-            queue,
-            duration_ms,
-            extra={
-                "event": "task.transition",
-                "task_id": str(row["id"]),
-                "queue": queue,
-                "worker_id": _worker(row),
-                "from_status": row["from_status"],
-                "to_status": row["status"],
-                "duration_ms": duration_ms,
-                "attempts": row["attempts"],
-            },
-        )
+        message = f"task {row['id']} {row['from_status']} -> {row['status']} in {queue} ({duration_ms:.1f} ms)"
+        fields = {
+            "event": "task.transition",
+            "task_id": str(row["id"]),
+            "queue": queue,
+            "worker_id": _worker(row),
+            "from_status": row["from_status"],
+            "to_status": row["status"],
+            "duration_ms": duration_ms,
+            "attempts": row["attempts"],
+        }
+        batch.append((message, fields))
+    log_batch(logger, logging.INFO, batch)
     try:
         metrics.record_transitions(rows, queue_name)
     except Exception:
