@@ -56,10 +56,52 @@ class EnqueueSerializer(StrictSerializer):
         return value
 
 
+def _plain_int(value: Any, low: int, high: int) -> bool:
+    return type(value) is int and low <= value <= high
+
+
+def _plain_key(value: Any) -> bool:
+    return type(value) is str and 0 < len(value) <= 255 and value.isascii() and "\x00" not in value
+
+
+_ENQUEUE_FIELDS = frozenset(("payload", "priority", "scheduled_at", "idempotency_key", "max_retries"))
+
+
+def plain_enqueue(raw: Any) -> dict[str, Any] | None:
+    """The validated form of a common enqueue body, or None: then EnqueueSerializer decides.
+
+    Accepts only what :class:`EnqueueSerializer` accepts, with the same result
+    (no ``scheduled_at``, plain values); anything else, valid or not, goes
+    through the serializer, which also words the errors. A DRF serializer
+    costs some 30 µs per body, most of a 100-task batch's validation.
+    """
+    if type(raw) is not dict or not _ENQUEUE_FIELDS.issuperset(raw) or type(raw.get("payload")) is not dict:
+        return None
+    priority = raw.get("priority", 5)
+    key = raw.get("idempotency_key")
+    retries = raw.get("max_retries")
+    if raw.get("scheduled_at") is not None or not _plain_int(priority, 1, 10):
+        return None
+    if (key is not None and not _plain_key(key)) or (retries is not None and not _plain_int(retries, 0, 25)):
+        return None
+    return {"payload": raw["payload"], "priority": priority, "scheduled_at": None, "idempotency_key": key,
+            "max_retries": retries}  # fmt: skip
+
+
+class AnyJSONField(serializers.Field):
+    """Any JSON value, as parsed (the parser already refused what is not JSON)."""
+
+    def to_internal_value(self, data: Any) -> Any:
+        return data
+
+    def to_representation(self, value: Any) -> Any:
+        return value
+
+
 class EnqueueBatchSerializer(StrictSerializer):
     """``{"tasks": [enqueue body, ...]}``; errors keyed by index (``"3.priority"``)."""
 
-    tasks = serializers.ListField(child=serializers.JSONField(), min_length=1, max_length=1000)
+    tasks = serializers.ListField(child=AnyJSONField(), min_length=1, max_length=1000)
 
     def validate_tasks(self, value: list[Any]) -> list[dict[str, Any]]:
         errors: dict[str, list[str]] = {}
@@ -70,7 +112,7 @@ class EnqueueBatchSerializer(StrictSerializer):
         checker = EnqueueSerializer()
         for index, raw in enumerate(value):
             try:
-                validated = checker.run_validation(raw)
+                validated = plain_enqueue(raw) or checker.run_validation(raw)
             except serializers.ValidationError as exc:
                 for name, messages in serializers.as_serializer_error(exc).items():
                     field = str(index) if name == "non_field_errors" else f"{index}.{name}"

@@ -21,6 +21,7 @@ from queues.serializers import (
     EnqueueSerializer,
     QueueCreateSerializer,
     QueueUpdateSerializer,
+    plain_enqueue,
 )
 from queues.stats import queue_stats
 from taskforge import audit
@@ -129,7 +130,7 @@ class TaskListView(APIView):
 
     def post(self, request: Request, name: str) -> Response:
         queue = queue_or_404(name)
-        fields = _validated(EnqueueSerializer, request.data)
+        fields = plain_enqueue(request.data) or _validated(EnqueueSerializer, request.data)
         ((row, created),) = lifecycle.enqueue(queue, [_new_task(fields, request.data)])
         return Response(representations.task(row, queue.name), status=201 if created else 200)
 
