@@ -119,6 +119,8 @@ class Context:
                     # It claims as many tasks as it has free slots: 50 slots = claims of up to 50.
                     "--queue", queue, "--concurrency", str(max_tasks), "--worker-id", worker_id,
                     "--wait-seconds", str(wait),
+                    # Celery runs at --loglevel WARNING too: no line per task for either.
+                    "--log-level", "WARNING",
                 ]  # fmt: skip
                 argv += self.extra.get("reference_worker_args", [])
             elif kind == "harness":

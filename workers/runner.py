@@ -71,6 +71,7 @@ MAX_BATCH = 100  # ack/nack batch limit of the protocol
 MIN_HEARTBEAT_SECONDS = 0.2
 REPORT_ATTEMPTS = 5
 TICK_SECONDS = 0.1
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 
 Handler = Callable[[dict[str, Any], "Job"], Mapping[str, Any] | None]
 
@@ -97,6 +98,7 @@ class Config:
     grace_seconds: float
     log_format: str
     django_settings: str | None
+    log_level: str = "INFO"
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -130,6 +132,10 @@ def _parser() -> argparse.ArgumentParser:
         help="on SIGTERM, how long running tasks may take to finish (default 30) [WORKER_GRACE_SECONDS]",
     )
     add("--log-format", help="json or text (default json) [WORKER_LOG_FORMAT]")
+    add(
+        "--log-level",
+        help="DEBUG, INFO (a line per task start, outcome and ack), WARNING or ERROR (default INFO) [WORKER_LOG_LEVEL]",
+    )
     return parser
 
 
@@ -202,6 +208,9 @@ def load_config(argv: list[str] | None = None, environ: Mapping[str, str] | None
     log_format = (pick(args.log_format, "WORKER_LOG_FORMAT") or "json").lower()
     if log_format not in ("json", "text"):
         raise ConfigError(f"--log-format / WORKER_LOG_FORMAT must be json or text, got {log_format!r}")
+    log_level = (pick(args.log_level, "WORKER_LOG_LEVEL") or "INFO").upper()
+    if log_level not in LOG_LEVELS:
+        raise ConfigError(f"--log-level / WORKER_LOG_LEVEL must be one of {', '.join(LOG_LEVELS)}, got {log_level!r}")
     handler = args.handler
     if handler is not None and ":" not in handler:
         raise ConfigError(f"--handler must look like package.module:function, got {handler!r}")
@@ -243,6 +252,7 @@ def load_config(argv: list[str] | None = None, environ: Mapping[str, str] | None
         ),
         log_format=log_format,
         django_settings=env.get("DJANGO_SETTINGS_MODULE") or None,
+        log_level=log_level,
     )
 
 
@@ -293,12 +303,12 @@ class TextLines(logging.Formatter):
         return text
 
 
-def configure_logging(log_format: str) -> None:
+def configure_logging(log_format: str, level: str = "INFO") -> None:
     handler = logging.StreamHandler(sys.stdout)
     handler.setFormatter(JsonLines() if log_format == "json" else TextLines())
     root = logging.getLogger()
     root.handlers[:] = [handler]
-    root.setLevel(logging.INFO)
+    root.setLevel(level)
     # One line per request from httpx would drown the task lines.
     logging.getLogger("httpx").setLevel(logging.WARNING)
 
@@ -801,5 +811,5 @@ def main(argv: list[str] | None = None) -> int:
                 file=sys.stderr,
             )
             return 2
-    configure_logging(config.log_format)
+    configure_logging(config.log_format, config.log_level)
     return Runner(config, handler).run()

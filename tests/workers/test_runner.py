@@ -241,6 +241,7 @@ def test_heartbeat_lease_lost_drops_the_task_and_never_acks_it(taskforge):
         (["--handler", "no_colon"], {}, "--handler must look like package.module:function"),
         (["--handler", "workers.demo:missing"], {}, "has no attribute 'missing'"),
         ([], {"TASKFORGE_API_URL": "localhost:8080"}, "must start with http:// or https://"),
+        (["--log-level", "chatty"], {}, "--log-level / WORKER_LOG_LEVEL must be one of DEBUG, INFO, WARNING, ERROR"),
     ],
 )
 def test_bad_configuration_exits_2_naming_the_setting(argv, env, message):
@@ -255,6 +256,13 @@ def test_bad_configuration_exits_2_naming_the_setting(argv, env, message):
     )
     assert done.returncode == 2, done.stderr
     assert message in done.stderr
+
+
+def test_log_level_comes_from_the_flag_then_the_environment():
+    environ = {"TASKFORGE_API_KEY": "k"}
+    assert load_config([], environ).log_level == "INFO"
+    assert load_config([], {**environ, "WORKER_LOG_LEVEL": "warning"}).log_level == "WARNING"
+    assert load_config(["--log-level", "debug"], {**environ, "WORKER_LOG_LEVEL": "warning"}).log_level == "DEBUG"
 
 
 class PartitionedClient(TaskForgeClient):
