@@ -489,6 +489,7 @@ class Runner:
                 if free <= 0:
                     self._slots.wait(TICK_SECONDS)
                     continue
+            asked = time.monotonic()
             try:
                 tasks = self.client.claim(
                     self.config.worker_id,
@@ -512,7 +513,13 @@ class Runner:
                     self._in_flight[flight.job.id] = flight
                     self._running += 1
                 self._work.put(flight)
-            if not tasks:
+            if tasks:
+                # Let a pool thread take the GIL now: this thread's next claim is pure Python
+                # for a millisecond, and would otherwise hold the handler back that long.
+                time.sleep(0)
+            elif time.monotonic() - asked < self.config.wait_seconds / 2:
+                # An empty answer that did not wait (short polling, a paused queue): pause.
+                # After a full long poll the server has waited already: ask again at once.
                 self.stopping.wait(self.config.poll_interval)
 
     def _flight(self, task: dict[str, Any]) -> Flight:
