@@ -72,7 +72,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     # First and last: django-prometheus times the whole chain (request metrics on /metrics).
-    "django_prometheus.middleware.PrometheusBeforeMiddleware",
+    "taskforge.request_metrics.RequestMetricsBefore",
     "taskforge.middleware.RequestIdMiddleware",
     "taskforge.middleware.BodyLimitMiddleware",
     "django.middleware.security.SecurityMiddleware",
@@ -83,7 +83,7 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
-    "django_prometheus.middleware.PrometheusAfterMiddleware",
+    "taskforge.request_metrics.RequestMetricsAfter",
 ]
 
 ROOT_URLCONF = "taskforge.urls"

@@ -1,4 +1,4 @@
-"""URLs of the threaded attempts (workers.longpoll.ThreadedFirst): only ever routed there."""
+"""URLs of workers.longpoll.LongPoll's attempts: only LongPoll routes requests here."""
 
 from __future__ import annotations
 
@@ -7,5 +7,5 @@ from django.urls import re_path
 from workers.views import ClaimView
 
 urlpatterns = [
-    re_path(r"^workers/claim/?$", ClaimView.as_sync_view(threaded_attempt=True), name="worker-claim-attempt"),
+    re_path(r"^workers/claim/?$", ClaimView.as_sync_view(threaded_attempt=True), name="worker-claim"),
 ]

@@ -1,39 +1,55 @@
-"""Serving a DRF view whose answer may have to wait, without holding a thread.
+"""Long polls that wait on the event loop, holding no thread and no database connection.
 
-DRF views are synchronous. :class:`LongPollView` keeps everything DRF does
-(authentication, the 401/403 order, parsing, validation, the error handler)
-in the synchronous handler, and lets that handler hand its response to an
-``async`` continuation (:func:`finish_later`): the view Django sees is an
-``async`` function that runs the DRF part in a thread, then awaits the
-continuation on the event loop. Under the ASGI server a long poll therefore
-waits on an ``asyncio`` event: it holds no database connection and no server
-worker, and does no work until a doorbell rings. (Django under ASGI still
-keeps one idle executor thread per open request for its sync middleware;
-it is parked, not busy.)
+Under TaskForge's ASGI app (``taskforge.asgi``) a claim is a series of
+*attempts*. :class:`LongPoll` runs the request through Django's WSGI handler
+on the thread pool, where :class:`AttemptHandler` resolves it to the view's
+synchronous form (``threaded_attempt``). An attempt that finds work answers at
+once. One that finds none answers :func:`must_wait` instead (never seen by the
+client), saying what to wait for; LongPoll then waits for the process's
+doorbell (``queues.wakeup``) on the event loop, and runs the request again.
+When the wait is over, a last attempt answers what it finds, an empty list
+included. Every attempt is the whole request (authentication, validation, the
+error handler), so every answer comes from the one DRF code path; an attempt
+that finds nothing costs about a millisecond.
 
-Most claims need no wait: under load, tasks are there. Django's ASGI handler
-costs a new executor thread per request, so :class:`ThreadedFirst` sends a
-long poll to the thread pool first (``taskforge.asgi``), where
-:class:`AttemptHandler` resolves it to the view's synchronous form with
-``threaded_attempt`` set. That view answers at once when it can, and
-:func:`must_wait` when it would have to wait: the request is then run again,
-from the start, through Django's ASGI handler on the event loop.
+Elsewhere (Django's test client, a plain WSGI or ASGI server) the claim view is
+a :class:`LongPollView`: its DRF part runs in a thread and hands the response
+to an ``async`` continuation that waits (:func:`finish_later`).
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections.abc import Awaitable, Callable, MutableMapping
+from dataclasses import asdict, dataclass
 from typing import Any
 
+import orjson
 from asgiref.sync import sync_to_async
 from django.core.handlers.wsgi import WSGIHandler
 from django.http import HttpRequest, HttpResponse, HttpResponseBase
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from queues import dispatch
+from queues import dispatch, wakeup
 
 Continuation = Callable[[], Awaitable[Any]]
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+# Set by LongPoll on every attempt (a client's own copy is dropped): first, again or last.
+ATTEMPT = "X-TaskForge-Attempt"
+_ATTEMPT = ATTEMPT.lower().encode()
+# On an attempt's answer when it found nothing: what to wait for (JSON).
+MUST_WAIT = "X-TaskForge-Must-Wait"
+_MUST_WAIT = MUST_WAIT.lower().encode()
+
+
+# -- inside Django ------------------------------------------------------------------
 
 
 def finish_later(response: Response, continuation: Continuation) -> Response:
@@ -50,7 +66,7 @@ def finish_later(response: Response, continuation: Continuation) -> Response:
 class LongPollView(APIView):
     @classmethod
     def as_sync_view(cls, **initkwargs: Any) -> Callable[..., Any]:
-        """The plain DRF view, for a threaded attempt that never waits."""
+        """The plain DRF view, for LongPoll's attempts (which never wait)."""
         return super().as_view(**initkwargs)
 
     @classmethod
@@ -74,24 +90,36 @@ class LongPollView(APIView):
         return view
 
 
-MUST_WAIT = "X-TaskForge-Must-Wait"
-_MUST_WAIT = MUST_WAIT.lower().encode()
+@dataclass(frozen=True)
+class WaitFor:
+    queue: str | None  # None: any queue
+    max_tasks: int
+    wait_seconds: float
+    retry_after: float | None = None  # a rate-limited queue's next token
 
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-ASGIApp = Callable[[Scope, Callable[[], Awaitable[Message]], Callable[[Message], Awaitable[None]]], Awaitable[None]]
+
+def attempt(request: HttpRequest) -> str | None:
+    """Which of LongPoll's attempts this request is (first, again, last), or None outside LongPoll."""
+    return request.headers.get(ATTEMPT)
 
 
-def must_wait() -> HttpResponse:
-    """The threaded attempt's answer when it would have to wait (never seen by a client)."""
+def is_internal(request: HttpRequest, response: HttpResponseBase | None = None) -> bool:
+    """A repeated attempt, or an answer only LongPoll sees: request metrics leave them out."""
+    if response is not None and getattr(response, "not_for_the_client", False):
+        return True
+    return attempt(request) in ("again", "last")
+
+
+def must_wait(wait: WaitFor) -> HttpResponse:
+    """An attempt's answer when it found nothing: LongPoll waits, then asks again."""
     response = HttpResponse(status=204)
-    response[MUST_WAIT] = "1"
-    response.not_for_the_client = True  # type: ignore[attr-defined]  # no access log line
+    response[MUST_WAIT] = orjson.dumps(asdict(wait)).decode()
+    response.not_for_the_client = True  # type: ignore[attr-defined]  # no access log line, no metrics
     return response
 
 
 class AttemptHandler(WSGIHandler):
-    """Django's WSGI handler with its own URLs: the threaded attempts' synchronous views."""
+    """Django's WSGI handler with its own URLs: the synchronous views of LongPoll's attempts."""
 
     def __init__(self, urlconf: str) -> None:
         super().__init__()
@@ -102,34 +130,74 @@ class AttemptHandler(WSGIHandler):
         return super().get_response(request)
 
 
-class ThreadedFirst:
-    """ASGI: try ``threaded``; if it answers :func:`must_wait`, run the request on ``evented``."""
+# -- at the ASGI edge ---------------------------------------------------------------
 
-    def __init__(self, threaded: ASGIApp, evented: ASGIApp) -> None:
-        self.threaded = threaded
-        self.evented = evented
 
-    async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
-        # The body is small and whole (BodyCapMiddleware): keep it to replay.
-        kept = await receive()
-        pending: Message | None = kept
-        waiting = False
+class LongPoll:
+    """ASGI: run the request as attempts on ``attempts`` (the thread pool), waiting between them."""
+
+    def __init__(self, attempts: ASGIApp) -> None:
+        self.attempts = attempts
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        body = await receive()  # whole and small: BodyCapMiddleware capped and joined it
+        if body["type"] != "http.request":
+            return  # the client left before sending it
+        headers = [(name, value) for name, value in scope.get("headers", []) if name != _ATTEMPT]
+        loop = asyncio.get_running_loop()
+        left = asyncio.ensure_future(receive())  # the only other message that can come: http.disconnect
+        try:
+            async with contextlib.AsyncExitStack() as stack:
+                waiter: wakeup.Waiter | None = None
+                deadline = 0.0
+                kind = b"first"
+                while True:
+                    if waiter is not None:
+                        waiter.event.clear()  # before the attempt: a bell during it counts
+                    attempt_scope = {**scope, "headers": [*headers, (_ATTEMPT, kind)]}
+                    wait = await self._attempt(attempt_scope, body, send)
+                    if wait is None or kind == b"last":
+                        return
+                    if waiter is None:
+                        # Registered now: try once more, a bell may have rung since the attempt.
+                        hub = wakeup.hub()
+                        waiter = await stack.enter_async_context(hub.waiter(wait.queue, wait.max_tasks))
+                        deadline = loop.time() + wait.wait_seconds
+                        kind = b"again"
+                        continue
+                    timeout = min(deadline - loop.time(), hub.recheck_seconds)
+                    if wait.retry_after is not None:
+                        timeout = min(timeout, max(wait.retry_after, 0.01))
+                    if timeout > 0:
+                        rang = asyncio.ensure_future(waiter.event.wait())
+                        await asyncio.wait((rang, left), timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+                        rang.cancel()
+                        if left.done():
+                            return  # the client is gone: nothing to claim for
+                    kind = b"last" if loop.time() >= deadline else b"again"
+        finally:
+            left.cancel()
+
+    async def _attempt(self, scope: Scope, body: Message, send: Send) -> WaitFor | None:
+        """One run of the request; its answer goes to the client unless it says to wait."""
+        unread = True
+        wait: WaitFor | None = None
 
         async def replay() -> Message:
-            nonlocal pending
-            if pending is not None:
-                message, pending = pending, None
-                return message
-            return await receive()
+            nonlocal unread
+            if unread:
+                unread = False
+                return body
+            return {"type": "http.request", "body": b"", "more_body": False}
 
-        async def unless_waiting(message: Message) -> None:
-            nonlocal waiting
+        async def answer(message: Message) -> None:
+            nonlocal wait
             if message["type"] == "http.response.start":
-                waiting = any(name == _MUST_WAIT for name, _ in message.get("headers", []))
-            if not waiting:
+                for name, value in message.get("headers", []):
+                    if name == _MUST_WAIT:
+                        wait = WaitFor(**orjson.loads(value))
+            if wait is None:
                 await send(message)
 
-        await self.threaded(scope, replay, unless_waiting)
-        if waiting:
-            pending = kept
-            await self.evented(scope, replay, send)
+        await self.attempts(scope, replay, answer)
+        return wait

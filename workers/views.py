@@ -14,8 +14,8 @@ from queues import dispatch, lifecycle, representations
 from queues.lookups import queue_or_404
 from queues.observe import queue_name
 from taskforge.errors import error_body
-from workers import registry, schema
-from workers.longpoll import LongPollView, finish_later, must_wait
+from workers import longpoll, registry, schema
+from workers.longpoll import LongPollView, finish_later
 from workers.serializers import (
     AckBatchSerializer,
     AckSerializer,
@@ -62,9 +62,11 @@ class ClaimView(LongPollView):
         registry.seen(worker_id, claim=True)
         if not wait_seconds:
             return Response(_claimed(dispatch.claim(worker_id, queue, max_tasks).rows))
-        if self.threaded_attempt:  # on the thread pool (workers.longpoll.ThreadedFirst)
-            rows = dispatch.claim(worker_id, queue, max_tasks).rows
-            return Response(_claimed(rows)) if rows else must_wait()
+        if self.threaded_attempt:  # one of workers.longpoll.LongPoll's attempts: never waits itself
+            claimed = dispatch.claim(worker_id, queue, max_tasks)
+            if claimed.rows or longpoll.attempt(request) == "last":
+                return Response(_claimed(claimed.rows))
+            return longpoll.must_wait(longpoll.WaitFor(fields["queue"], max_tasks, wait_seconds, claimed.retry_after))
 
         async def wait() -> dict[str, Any]:  # claims at once, then waits if it found nothing
             rows = await dispatch.claim_waiting(worker_id, queue, max_tasks, wait_seconds)

@@ -1,4 +1,4 @@
-"""Claims on the real server: answered on the thread pool when there is work, on the event loop when they wait.
+"""Claims on the real server: attempts on the thread pool, waits on the event loop (workers.longpoll.LongPoll).
 
 The client sees one ordinary answer either way (never the internal 204), and
 the access log has one line per claim.
@@ -67,3 +67,45 @@ def test_claims_with_and_without_waiting(live_stack):
     time.sleep(0.3)  # the last log lines reach the file
     statuses = sorted(line["status"] for line in _claim_lines(live_stack))
     assert statuses == [200, 200, 200, 400]
+
+
+def test_a_poll_whose_client_left_claims_nothing(live_stack):
+    QueueFactory(name="email_jobs")
+    _, key = create_key("leaver", "admin")
+    url = live_stack.start_api()
+    headers = {"Authorization": f"Bearer {key}"}
+    claim = {"worker_id": "leaver", "queue": "email_jobs", "max_tasks": 1, "wait_seconds": 5}
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(f"{url}/workers/claim", json=claim, headers=headers, timeout=0.5)
+    time.sleep(0.3)  # the server has seen the disconnect
+    created = httpx.post(f"{url}/queues/email_jobs/tasks", json={"payload": {}}, headers=headers).json()
+    time.sleep(1.0)  # a ghost poll would have claimed it by now
+    task = httpx.get(f"{url}/queues/email_jobs/tasks/{created['id']}", headers=headers).json()
+    assert task["status"] == "pending"
+
+
+def test_a_waited_poll_counts_once_in_request_metrics(live_stack):
+    QueueFactory(name="email_jobs")
+    _, key = create_key("counted", "admin")
+    url = live_stack.start_api()
+    headers = {"Authorization": f"Bearer {key}"}
+    claim = {"worker_id": "counted", "queue": "email_jobs", "max_tasks": 1, "wait_seconds": 1}
+    with httpx.Client(base_url=url, headers=headers, timeout=10) as client:
+        for _ in range(3):  # each waits out its second: several attempts apiece
+            assert client.post("/workers/claim", json=claim).json() == {"tasks": []}
+        metrics = client.get("/metrics").text
+    by_view = [
+        line
+        for line in metrics.splitlines()
+        if line.startswith("django_http_responses_total_by_status_view_method_total{") and 'view="worker-claim"' in line
+    ]
+    assert len(by_view) == 1, by_view
+    assert 'status="200"' in by_view[0]
+    assert by_view[0].endswith(" 3.0")
+    requests = [
+        line
+        for line in metrics.splitlines()
+        if line.startswith("django_http_requests_total_by_view_transport_method_total{")
+        and 'view="worker-claim"' in line
+    ]
+    assert [line.rsplit(" ", 1)[1] for line in requests] == ["3.0"]
