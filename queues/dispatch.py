@@ -92,15 +92,14 @@ def announce(queue: Queue, rows: Sequence[Row]) -> None:
         pipe = lanes.redis_client().pipeline(transaction=False)
         if ready:
             lanes.add_ready(pipe, queue.name, ready)
+            if not queue.paused:
+                wakeup.ring(queue.name, len(ready), pipe=pipe)  # after the ids are in the lane
         if later:
             lanes.add_scheduled(pipe, queue.name, later)
         pipe.execute()
     except redis.RedisError as exc:
         # The dispatcher and scheduler re-read Postgres every tick: this costs latency only.
         _redis_failed(exc, "announcing tasks")
-        return
-    if ready and not queue.paused:
-        wakeup.ring(queue.name, len(ready))
 
 
 def announce_ids(queue_id: uuid.UUID, rows: Sequence[Row]) -> None:

@@ -102,7 +102,12 @@ def _rows(sql: str, params: dict[str, Any] | Sequence[Any]) -> list[Row]:
 
 
 def _after_commit(moved: list[Row]) -> None:
-    """Report moves once they are durable (never for a rolled-back move)."""
+    """Report moves once they are durable (never for a rolled-back move).
+
+    Register it after any ``dispatch.announce`` of the same moves: on-commit
+    hooks run in order, and waiting workers should hear first, logs and
+    metrics can follow.
+    """
     if moved:
         transaction.on_commit(lambda: observe.transitions(moved))
 
@@ -207,9 +212,9 @@ def _enqueue(queue: Queue, items: Sequence[NewTask]) -> list[tuple[Row, bool]]:
             if found is None or found["request_fingerprint"] != item.fingerprint:
                 raise IdempotencyConflict(key or "")
             results.append((found, False))
-        _after_commit(inserted)
         if inserted:
             transaction.on_commit(lambda: dispatch.announce(queue, inserted))
+        _after_commit(inserted)
     failpoint("enqueue.after_commit")
     return results
 
@@ -601,8 +606,8 @@ def promote_due(limit: int = 1000, *, horizon_seconds: float = 0.0) -> list[Row]
             _PROMOTE.replace("{id_filter}", ""),
             {"limit": limit, "horizon": horizon_seconds, "event_kind": "transition"},
         )
-        _after_commit(moved)
         transaction.on_commit(lambda: _announce_by_queue(moved))
+        _after_commit(moved)
     return moved
 
 
@@ -637,8 +642,8 @@ def retry_now(task_ids: Sequence[uuid.UUID], *, actor: str | None = None) -> lis
                 "event_kind": "transition",
             },
         )
-        _after_commit(moved)
         transaction.on_commit(lambda: _announce_by_queue(moved))
+        _after_commit(moved)
     return moved
 
 
@@ -729,8 +734,8 @@ def replay(queue: Queue, task_id: uuid.UUID, *, actor: str | None = None) -> Row
             if not _dead_letter_exists(queue, task_id):
                 raise TaskNotFound(task_id)
             raise InvalidTransition(f"task {task_id} is not dead; only dead tasks can be replayed")
-        _after_commit(moved)
         transaction.on_commit(lambda: dispatch.announce(queue, moved))
+        _after_commit(moved)
     return moved[0]
 
 
@@ -752,9 +757,9 @@ def replay_many(
                     "event_kind": "transition",
                 },
             )
-            _after_commit(moved)
             if moved:
                 transaction.on_commit(lambda moved=moved: dispatch.announce(queue, moved))
+            _after_commit(moved)
         total += len(moved)
         if len(moved) < batch:  # replayed rows are no longer dead: each round takes new ones
             return total

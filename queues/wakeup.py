@@ -50,8 +50,15 @@ def channel() -> str:
     return f"{CHANNEL_PREFIX}{redis_client().connection_pool.connection_kwargs.get('db', 0)}"
 
 
-def ring(queue_name: str, count: int = 0) -> None:
-    """Tell every API process that ``count`` tasks (0: some) became claimable in the queue."""
+def ring(queue_name: str, count: int = 0, *, pipe: redis.client.Pipeline | None = None) -> None:
+    """Tell every API process that ``count`` tasks (0: some) became claimable in the queue.
+
+    With ``pipe``, the bell is only queued on it: it rings when the caller
+    executes the pipeline, after the commands queued before it.
+    """
+    if pipe is not None:
+        pipe.publish(channel(), f"{count} {queue_name}".encode())
+        return
     try:
         redis_client().publish(channel(), f"{count} {queue_name}".encode())
     except redis.RedisError:
