@@ -155,7 +155,7 @@ class Stack:
     def start(self) -> None:
         port = free_port()
         self.api_url = f"http://127.0.0.1:{port}"
-        argv = [self.python, "-m", "gunicorn", os.environ.get("BENCH_APP", "taskforge.asgi:application")]
+        argv = [self.python, "-m", "gunicorn", "taskforge.asgi:application"]
         if self.serving == "gthread":
             # gunicorn.conf.py still applies; the command line only swaps the app and worker class.
             argv = [self.python, "-m", "gunicorn", "taskforge.wsgi:application", "-k", "gthread",
