@@ -513,11 +513,7 @@ class Runner:
                     self._in_flight[flight.job.id] = flight
                     self._running += 1
                 self._work.put(flight)
-            if tasks:
-                # Let a pool thread take the GIL now: this thread's next claim is pure Python
-                # for a millisecond, and would otherwise hold the handler back that long.
-                time.sleep(0)
-            elif time.monotonic() - asked < self.config.wait_seconds / 2:
+            if not tasks and time.monotonic() - asked < self.config.wait_seconds / 2:
                 # An empty answer that did not wait (short polling, a paused queue): pause.
                 # After a full long poll the server has waited already: ask again at once.
                 self.stopping.wait(self.config.poll_interval)
