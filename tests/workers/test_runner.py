@@ -229,6 +229,19 @@ def test_heartbeat_lease_lost_drops_the_task_and_never_acks_it(taskforge):
     assert paused.terminate() == 0
 
 
+def test_after_a_long_poll_that_waited_the_worker_asks_again_at_once(taskforge):
+    """--poll-interval paces empty answers that did not wait, not the end of a full long poll."""
+    QueueFactory(name="quiet")
+    producer = taskforge.client("producer")
+    worker = taskforge.start_worker("--queue", "quiet", "--poll-interval", "60", worker_id="patient")
+    wait_for(lambda: worker.events("worker.start"), what="the worker started")
+    time.sleep(2.5)  # past at least one empty long poll of 1 s
+    created = producer.enqueue("quiet", {"n": 1})
+    started = time.monotonic()
+    wait_for(finished(producer, "quiet", [created["id"]]), what="the task done", timeout=20)
+    assert time.monotonic() - started < 15  # not 60 s of --poll-interval
+
+
 @pytest.mark.django_db(transaction=False)
 @pytest.mark.parametrize(
     ("argv", "env", "message"),
