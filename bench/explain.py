@@ -27,22 +27,21 @@ def main(queue_name: str) -> dict[str, str]:
     queue = Queue.objects.get(name=queue_name)
     plans: dict[str, str] = {}
     statements = []
-    claim_sql = getattr(lifecycle, "_CLAIM", None)
-    if claim_sql:
-        params = {
-            "queue_ids": [queue.id],
-            "task_ids": [],
-            "limit": 50,
-            "worker_id": "explain",
-            "lease_seconds": settings.TASKFORGE_HEARTBEAT_TIMEOUT,
-            "event_kind": "transition",
-        }
-        statements.append(("claim 50, Postgres fallback (ordered scan)", claim_sql.replace("{id_filter}", ""), params))
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT id FROM tf_task WHERE queue_id = %s AND status = 'pending' LIMIT 50", [queue.id])
-            ids = [row[0] for row in cursor.fetchall()]
-        by_id = claim_sql.replace("{id_filter}", "AND t.id = ANY(%(task_ids)s)")
-        statements.append(("claim 50 by id (ids from the Redis lanes)", by_id, {**params, "task_ids": ids}))
+    params = {
+        "queue_ids": [queue.id],
+        "task_ids": [],
+        "limit": 50,
+        "worker_id": "explain",
+        "lease_seconds": settings.TASKFORGE_HEARTBEAT_TIMEOUT,
+        "event_kind": "transition",
+    }
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT id FROM tf_task WHERE queue_id = %s AND status = 'pending' LIMIT 50", [queue.id])
+        ids = [row[0] for row in cursor.fetchall()]
+    scan = lifecycle._CLAIM.replace("{source}", "tf_task t")
+    by_id = lifecycle._CLAIM.replace("{source}", lifecycle._CLAIM_BY_ID_SOURCE)
+    statements.append(("claim 50, Postgres fallback (ordered scan)", scan, params))
+    statements.append(("claim 50 by id (ids from the Redis lanes)", by_id, {**params, "task_ids": ids}))
     for name in ("_DEPTHS", "_ACTIVE", "_FINISHED", "_RATES"):
         sql = getattr(stats, name, None)
         if sql:
