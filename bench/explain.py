@@ -38,10 +38,14 @@ def main(queue_name: str) -> dict[str, str]:
     with connection.cursor() as cursor:
         cursor.execute("SELECT id FROM tf_task WHERE queue_id = %s AND status = 'pending' LIMIT 50", [queue.id])
         ids = [row[0] for row in cursor.fetchall()]
-    scan = lifecycle._CLAIM.replace("{source}", "tf_task t")
-    by_id = lifecycle._CLAIM.replace("{source}", lifecycle._CLAIM_BY_ID_SOURCE)
+    params["queue_id"] = queue.id
+    one_queue = lifecycle._CLAIM.replace("{queue_filter}", lifecycle._ONE_QUEUE)
+    scan = one_queue.replace("{source}", "tf_task t")
+    by_id = one_queue.replace("{source}", lifecycle._CLAIM_BY_ID_SOURCE)
+    any_queue = lifecycle._CLAIM.replace("{queue_filter}", lifecycle._SOME_QUEUES).replace("{source}", "tf_task t")
     statements.append(("claim 50, Postgres fallback (ordered scan)", scan, params))
     statements.append(("claim 50 by id (ids from the Redis lanes)", by_id, {**params, "task_ids": ids}))
+    statements.append(("claim 50 from any queue, Postgres fallback", any_queue, params))
     for name in ("_DEPTHS", "_ACTIVE", "_FINISHED", "_RATES"):
         sql = getattr(stats, name, None)
         if sql:

@@ -232,7 +232,7 @@ _CLAIM = f"""
 WITH picked AS (
     SELECT t.id, t.status AS from_status, t.status_changed_at AS from_changed_at
     FROM {{source}}
-    WHERE t.queue_id = ANY(%(queue_ids)s) AND t.status = 'pending' AND t.scheduled_at <= now()
+    WHERE {{queue_filter}} AND t.status = 'pending' AND t.scheduled_at <= now()
     ORDER BY t.priority, t.scheduled_at
     LIMIT %(limit)s
     FOR UPDATE OF t SKIP LOCKED
@@ -253,9 +253,17 @@ ORDER BY m.priority, m.scheduled_at
 
 
 # Ids from the Redis lanes drive the claim: a primary-key lookup per id. A plain
-# ``t.id = ANY(...)`` filter let the planner walk the ready index over every due
-# pending row of the queue (cost growing with the backlog) to honour ORDER BY.
-_CLAIM_BY_ID_SOURCE = "unnest(%(task_ids)s::uuid[]) AS wanted(id) JOIN tf_task t ON t.id = wanted.id"
+# ``t.id = ANY(...)`` filter, or a plain join, let the planner walk the ready
+# index over every due pending row of the queue to honour ORDER BY, and hash them
+# (2-3 ms at a 10,000-task backlog, as soon as the statistics lag behind a burst
+# of enqueues); the subquery with OFFSET 0 is a fence that keeps one index probe
+# per id (0.2 ms).
+_CLAIM_BY_ID_SOURCE = """unnest(%(task_ids)s::uuid[]) AS wanted(id)
+    CROSS JOIN LATERAL (SELECT * FROM tf_task x WHERE x.id = wanted.id AND x.status = 'pending' OFFSET 0) t"""
+# One queue is compared with "=": the ordered scan of tf_task_ready then stops at
+# the LIMIT. "= ANY" (several queues) reads every due row of them and sorts.
+_ONE_QUEUE = "t.queue_id = %(queue_id)s"
+_SOME_QUEUES = "t.queue_id = ANY(%(queue_ids)s)"
 
 
 def claim(
@@ -274,10 +282,12 @@ def claim(
     if not queue_ids or limit <= 0:
         return []
     sql = _CLAIM.replace("{source}", _CLAIM_BY_ID_SOURCE if task_ids is not None else "tf_task t")
+    sql = sql.replace("{queue_filter}", _ONE_QUEUE if len(queue_ids) == 1 else _SOME_QUEUES)
     with transaction.atomic():
         moved = _rows(
             sql,
             {
+                "queue_id": queue_ids[0],
                 "queue_ids": list(queue_ids),
                 "task_ids": list(task_ids or []),
                 "limit": limit,

@@ -1,0 +1,101 @@
+"""The claim statements' plans stay cheap with a backlog, even before Postgres has fresh statistics.
+
+A burst of enqueues is exactly when the planner's statistics lag behind and
+when claims matter most: a claim by id must probe the primary key once per id,
+and a one-queue claim must stop its ordered scan at the LIMIT, instead of
+reading every due pending task of the queue.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from django.conf import settings
+from django.db import connection
+
+from queues import lifecycle
+from tests.factories import QueueFactory
+
+pytestmark = pytest.mark.django_db(transaction=True)  # the tasks are committed, never analysed
+
+BACKLOG = 5_000
+
+
+@pytest.fixture
+def backlog():  # type: ignore[no-untyped-def]
+    queue = QueueFactory(name="backlog")
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """
+            INSERT INTO tf_task (id, queue_id, payload, status, priority, scheduled_at, created_at, updated_at,
+                                 status_changed_at, attempts, max_retries)
+            SELECT gen_random_uuid(), %s, '{}'::jsonb, 'pending', 5, now() - interval '1 second' * g,
+                   now(), now(), now(), 0, 3
+            FROM generate_series(1, %s) g
+            """,
+            [queue.id, BACKLOG],
+        )
+        cursor.execute("SELECT id FROM tf_task WHERE queue_id = %s ORDER BY scheduled_at DESC LIMIT 50", [queue.id])
+        ids = [row[0] for row in cursor.fetchall()]
+    return queue, ids
+
+
+def _plan(sql: str, params: dict) -> str:
+    with connection.cursor() as cursor:
+        cursor.execute("BEGIN")
+        try:
+            cursor.execute(f"EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) {sql}", params)
+            return "\n".join(row[0] for row in cursor.fetchall())
+        finally:
+            cursor.execute("ROLLBACK")
+
+
+def _params(queue, ids: list[uuid.UUID]) -> dict:  # type: ignore[no-untyped-def]
+    return {
+        "queue_id": queue.id,
+        "queue_ids": [queue.id],
+        "task_ids": ids,
+        "limit": 50,
+        "worker_id": "plan",
+        "lease_seconds": settings.TASKFORGE_HEARTBEAT_TIMEOUT,
+        "event_kind": "transition",
+    }
+
+
+def _picked_rows(plan: str) -> list[int]:
+    """Rows each scan of tf_task produced while picking (before the update)."""
+    picked = plan.split("CTE moved")[0]
+    return [
+        int(line.split("rows=")[1].split()[0])
+        for line in picked.splitlines()
+        if "Scan" in line and "on tf_task" in line and "rows=" in line
+    ]
+
+
+def test_a_claim_by_id_probes_the_primary_key_once_per_id(backlog):
+    queue, ids = backlog
+    sql = lifecycle._CLAIM.replace("{queue_filter}", lifecycle._ONE_QUEUE).replace(
+        "{source}", lifecycle._CLAIM_BY_ID_SOURCE
+    )
+    plan = _plan(sql, _params(queue, ids))
+    assert "tf_task_pkey" in plan.split("CTE moved")[0], plan
+    assert max(_picked_rows(plan)) <= 1, plan  # one row per probe, never the backlog
+
+
+def test_a_one_queue_claim_stops_its_ordered_scan_at_the_limit(backlog):
+    queue, _ = backlog
+    sql = lifecycle._CLAIM.replace("{queue_filter}", lifecycle._ONE_QUEUE).replace("{source}", "tf_task t")
+    plan = _plan(sql, _params(queue, []))
+    assert max(_picked_rows(plan)) <= 50, plan
+
+
+def test_the_claims_themselves_take_the_tasks_in_order(backlog):
+    queue, ids = backlog
+    by_id = lifecycle.claim("w-plan", [queue.id], 50, task_ids=ids)
+    assert {row["id"] for row in by_id} == set(ids)
+    scanned = lifecycle.claim("w-plan", [queue.id], 50)
+    assert len(scanned) == 50
+    oldest_first = [row["scheduled_at"] for row in scanned]
+    assert oldest_first == sorted(oldest_first)
+    assert not {row["id"] for row in scanned} & set(ids)
