@@ -103,13 +103,6 @@ def attempt(request: HttpRequest) -> str | None:
     return request.headers.get(ATTEMPT)
 
 
-def is_internal(request: HttpRequest, response: HttpResponseBase | None = None) -> bool:
-    """A repeated attempt, or an answer only LongPoll sees: request metrics leave them out."""
-    if response is not None and getattr(response, "not_for_the_client", False):
-        return True
-    return attempt(request) in ("again", "last")
-
-
 def must_wait(wait: WaitFor) -> HttpResponse:
     """An attempt's answer when it found nothing: LongPoll waits, then asks again."""
     response = HttpResponse(status=204)
