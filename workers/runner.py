@@ -53,6 +53,7 @@ from workers.client import (
     LeaseLost,
     NotFound,
     PayloadTooLarge,
+    ServerError,
     TaskForgeClient,
     TaskForgeError,
     Unauthorized,
@@ -627,9 +628,10 @@ class Runner:
                 else:
                     self._report_batch(outcomes)
                 return
-            except (ConnectionFailed, Unavailable) as exc:
+            except (ConnectionFailed, Unavailable, ServerError) as exc:
                 # The heartbeat thread keeps these leases alive while we retry; a
-                # repeated ack is answered 200 and a repeated nack lease_lost.
+                # repeated ack is answered 200 and a repeated nack lease_lost, so a
+                # 500 (which may have come after the commit) is retried too.
                 self._log(logging.WARNING, f"{kind}.retry", f"{kind} failed, retrying: {exc}", count=len(outcomes))
                 time.sleep(min(8.0, 0.5 * 2**attempt))
             except TaskForgeError as exc:

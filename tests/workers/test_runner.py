@@ -18,7 +18,7 @@ import pytest
 from tests.factories import QueueFactory
 from tests.live import ROOT
 from tests.workers.conftest import LEASE_SECONDS, WITHOUT_DJANGO, transitions, wait_for
-from workers.client import ConnectionFailed, TaskForgeClient
+from workers.client import ConnectionFailed, ServerError, TaskForgeClient
 from workers.runner import Runner, load_config
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
@@ -316,6 +316,46 @@ def test_ack_answered_lease_lost_is_dropped_not_retried_as_ours(taskforge, caplo
     task = producer.get_task("jobs", created["id"])
     assert (task["status"], task["result"]) == ("retry", None)
     assert "done" not in [to for _, to, _ in transitions(task)]
+
+
+class LostAnswerClient(TaskForgeClient):
+    """A client whose first ack reaches TaskForge but whose answer is a 500 (the ack itself committed)."""
+
+    failed_once = False
+
+    def ack(self, worker_id, task_id, lease_token=None, result=None):  # type: ignore[no-untyped-def]
+        answer = super().ack(worker_id, task_id, lease_token, result)
+        if not LostAnswerClient.failed_once:
+            LostAnswerClient.failed_once = True
+            raise ServerError("ack answered 500", status=500)
+        return answer
+
+
+def test_an_ack_answered_500_is_retried_not_abandoned(taskforge, caplog):
+    QueueFactory(name="jobs")
+    producer = taskforge.client("producer")
+    created = producer.enqueue("jobs", {"n": 1})
+    config = load_config(
+        ["--queue", "jobs", "--worker-id", "w-500", "--wait-seconds", "1", "--grace-seconds", "1"],
+        {"TASKFORGE_API_URL": taskforge.url, "TASKFORGE_API_KEY": taskforge.keys["worker"]},
+    )
+    runner = Runner(
+        config, lambda payload, job: {"ok": True}, LostAnswerClient(taskforge.url, taskforge.keys["worker"])
+    )
+    caplog.set_level(logging.INFO, logger="taskforge.worker")
+    outcome: list[int] = []
+    thread = threading.Thread(target=lambda: outcome.append(runner.run()))
+    thread.start()
+    try:
+        wait_for(lambda: events(caplog, "task.acked"), what="the retried ack confirmed")
+    finally:
+        runner.stop()
+        thread.join(15)
+    assert outcome == [0]
+    assert events(caplog, "ack.retry")
+    assert not events(caplog, "ack.error")
+    task = producer.get_task("jobs", created["id"])
+    assert (task["status"], task["result"], task["attempts"]) == ("done", {"ok": True}, 1)
 
 
 def events(caplog, name):  # type: ignore[no-untyped-def]
