@@ -296,21 +296,8 @@ def test_ack_answered_lease_lost_is_dropped_not_retried_as_ours(taskforge, caplo
         wait_for(lambda: status_of(producer, "jobs", job.id) == "retry", what="the lease expired")
         return {"late": True}
 
-    config = load_config(
-        ["--queue", "jobs", "--worker-id", "w-partitioned", "--wait-seconds", "1", "--grace-seconds", "1"],
-        {"TASKFORGE_API_URL": taskforge.url, "TASKFORGE_API_KEY": taskforge.keys["worker"]},
-    )
-    runner = Runner(config, outlive_the_lease, PartitionedClient(taskforge.url, taskforge.keys["worker"]))
-    caplog.set_level(logging.INFO, logger="taskforge.worker")
-    outcome: list[int] = []
-    thread = threading.Thread(target=lambda: outcome.append(runner.run()))
-    thread.start()
-    try:
-        wait_for(lambda: events(caplog, "task.lease_lost"), what="the ack answered lease_lost")
-    finally:
-        runner.stop()
-        thread.join(15)
-    assert outcome == [0]
+    exit_code = run_until(taskforge, caplog, PartitionedClient, outlive_the_lease, "w-partitioned", "task.lease_lost")
+    assert exit_code == 0
     assert events(caplog, "heartbeat.error")
     assert not events(caplog, "task.acked")
     task = producer.get_task("jobs", created["id"])
@@ -321,12 +308,14 @@ def test_ack_answered_lease_lost_is_dropped_not_retried_as_ours(taskforge, caplo
 class LostAnswerClient(TaskForgeClient):
     """A client whose first ack reaches TaskForge but whose answer is a 500 (the ack itself committed)."""
 
-    failed_once = False
+    def __init__(self, *args, **kwargs) -> None:  # type: ignore[no-untyped-def]
+        super().__init__(*args, **kwargs)
+        self.failed_once = False
 
     def ack(self, worker_id, task_id, lease_token=None, result=None):  # type: ignore[no-untyped-def]
         answer = super().ack(worker_id, task_id, lease_token, result)
-        if not LostAnswerClient.failed_once:
-            LostAnswerClient.failed_once = True
+        if not self.failed_once:
+            self.failed_once = True
             raise ServerError("ack answered 500", status=500)
         return answer
 
@@ -335,27 +324,32 @@ def test_an_ack_answered_500_is_retried_not_abandoned(taskforge, caplog):
     QueueFactory(name="jobs")
     producer = taskforge.client("producer")
     created = producer.enqueue("jobs", {"n": 1})
+    exit_code = run_until(taskforge, caplog, LostAnswerClient, lambda payload, job: {"ok": True}, "w-500", "task.acked")
+    assert exit_code == 0
+    assert events(caplog, "ack.retry")
+    assert not events(caplog, "ack.error")
+    task = producer.get_task("jobs", created["id"])
+    assert (task["status"], task["result"], task["attempts"]) == ("done", {"ok": True}, 1)
+
+
+def run_until(taskforge, caplog, client_class, handler, worker_id: str, event: str) -> int:  # type: ignore[no-untyped-def]
+    """Run an in-process Runner on queue "jobs" with ``client_class`` until it logs ``event``; its exit code."""
     config = load_config(
-        ["--queue", "jobs", "--worker-id", "w-500", "--wait-seconds", "1", "--grace-seconds", "1"],
+        ["--queue", "jobs", "--worker-id", worker_id, "--wait-seconds", "1", "--grace-seconds", "1"],
         {"TASKFORGE_API_URL": taskforge.url, "TASKFORGE_API_KEY": taskforge.keys["worker"]},
     )
-    runner = Runner(
-        config, lambda payload, job: {"ok": True}, LostAnswerClient(taskforge.url, taskforge.keys["worker"])
-    )
+    runner = Runner(config, handler, client_class(taskforge.url, taskforge.keys["worker"]))
     caplog.set_level(logging.INFO, logger="taskforge.worker")
     outcome: list[int] = []
     thread = threading.Thread(target=lambda: outcome.append(runner.run()))
     thread.start()
     try:
-        wait_for(lambda: events(caplog, "task.acked"), what="the retried ack confirmed")
+        wait_for(lambda: events(caplog, event), what=f"the worker logged {event}")
     finally:
         runner.stop()
         thread.join(15)
-    assert outcome == [0]
-    assert events(caplog, "ack.retry")
-    assert not events(caplog, "ack.error")
-    task = producer.get_task("jobs", created["id"])
-    assert (task["status"], task["result"], task["attempts"]) == ("done", {"ok": True}, 1)
+    assert len(outcome) == 1, "the runner did not stop"
+    return outcome[0]
 
 
 def events(caplog, name):  # type: ignore[no-untyped-def]
