@@ -13,7 +13,7 @@ PYTHON_312 := $(shell for c in python3.13 python3.12 python3 \
 # Tests never need a real secret; production refuses to start without one.
 TEST_ENV := DJANGO_SECRET_KEY=$${DJANGO_SECRET_KEY:-test-only-not-secret}
 # Run a command with embedded Postgres/Redis unless both URLs are given.
-WITH_SERVICES := $(if $(and $(DATABASE_URL),$(REDIS_URL)),,$(PY) -m taskforge.embedded --)
+WITH_SERVICES := $(if $(and $(DATABASE_URL),$(REDIS_URL)),,$(PY) -m taskforge.dev.embedded --)
 
 .PHONY: venv run test test-browser lint format test-faults bench fuzz clean
 
@@ -27,7 +27,7 @@ $(STAMP): requirements.txt requirements-dev.txt
 	@rm -f $(VENV)/.installed-*; touch $@
 
 run: venv
-	$(PY) -m taskforge.devstack
+	$(PY) -m taskforge.dev.devstack
 
 test: venv
 	$(TEST_ENV) $(WITH_SERVICES) $(PY) -m pytest -m "not browser" -n 2 --dist loadgroup $(PYTEST_ARGS)
@@ -35,7 +35,7 @@ test: venv
 
 # Playwright's event loop upsets later asyncio tests: browser tests run alone.
 test-browser: venv
-	@if ls tests/dashboard/test_browser*.py >/dev/null 2>&1; then \
+	@if ls tests/integration/dashboard/test_browser*.py >/dev/null 2>&1; then \
 		$(TEST_ENV) DJANGO_ALLOW_ASYNC_UNSAFE=true $(WITH_SERVICES) $(PY) -m pytest -m browser -p no:xdist $(PYTEST_ARGS); \
 	fi
 
@@ -72,7 +72,7 @@ test-faults: venv
 # bounded version of the same test).
 fuzz: venv
 	$(TEST_ENV) FUZZ_COVERAGE=1 FUZZ_MAX_EXAMPLES=$${FUZZ_MAX_EXAMPLES:-50} $(WITH_SERVICES) \
-		$(PY) -m pytest tests/fuzz -p no:xdist $(PYTEST_ARGS)
+		$(PY) -m pytest tests/system/fuzz -p no:xdist $(PYTEST_ARGS)
 
 clean:
 	rm -rf $(VENV) staticfiles

@@ -17,20 +17,20 @@ accesslog = None  # TaskForge logs each request itself, as JSON, with its reques
 
 
 # Worker processes share one metrics directory, so a scrape answered by any of
-# them reports the request metrics of all (see taskforge/prometheus_multiprocess.py).
+# them reports the request metrics of all (see taskforge/ops/prometheus_multiprocess.py).
 def on_starting(server):
-    from taskforge import prometheus_multiprocess
+    from taskforge.ops import prometheus_multiprocess
 
     prometheus_multiprocess.on_starting(server)
 
 
 def child_exit(server, worker):
-    from taskforge import prometheus_multiprocess
+    from taskforge.ops import prometheus_multiprocess
 
     prometheus_multiprocess.child_exit(server, worker)
 
 
 def on_exit(server):
-    from taskforge import prometheus_multiprocess
+    from taskforge.ops import prometheus_multiprocess
 
     prometheus_multiprocess.on_exit(server)

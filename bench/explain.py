@@ -21,8 +21,9 @@ def main(queue_name: str) -> dict[str, str]:
     from django.conf import settings
     from django.db import connection, transaction
 
-    from queues import lifecycle, stats
+    from queues import lifecycle
     from queues.models import Queue
+    from queues.telemetry import stats
 
     queue = Queue.objects.get(name=queue_name)
     plans: dict[str, str] = {}

@@ -15,8 +15,8 @@ import redis
 from django.utils import timezone
 
 from queues.models import Queue
-from queues.stats import queue_stats
-from taskforge.redis import redis_client
+from queues.telemetry.stats import queue_stats
+from taskforge.infra.redis import redis_client
 
 logger = logging.getLogger("taskforge.dashboard")
 

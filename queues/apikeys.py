@@ -23,7 +23,8 @@ from rest_framework.permissions import BasePermission
 from rest_framework.request import Request
 
 from queues.models import ApiKey
-from taskforge import audit, rowcache
+from taskforge.infra import rowcache
+from taskforge.ops import audit
 
 KEY_PREFIX = "tf_"
 Role = ApiKey.Role

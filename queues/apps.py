@@ -6,8 +6,8 @@ class QueuesConfig(AppConfig):
 
     def ready(self) -> None:
         # Connects the receivers that invalidate cached keys and queues in every process.
-        from queues import apikeys, lookups  # noqa: F401
-        from queues.collector import TaskMetricsCollector
-        from taskforge import prometheus
+        from queues import apikeys  # noqa: F401
+        from queues.telemetry.collector import TaskMetricsCollector
+        from taskforge.ops import prometheus
 
         prometheus.register(TaskMetricsCollector())

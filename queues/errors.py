@@ -1,9 +1,9 @@
 """Domain errors. Each carries its HTTP status and contract code, so the one
-exception handler in ``taskforge.errors`` maps them without knowing the apps."""
+exception handler in ``taskforge.http.errors`` maps them without knowing the apps."""
 
 from __future__ import annotations
 
-from taskforge.errors import DomainError
+from taskforge.http.errors import DomainError
 
 
 class QueueNotFound(DomainError):

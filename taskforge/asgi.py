@@ -28,7 +28,7 @@ from django.core.wsgi import get_wsgi_application  # noqa: E402
 from django.urls import re_path  # noqa: E402
 
 from dashboard.stream import StatsStreamConsumer  # noqa: E402
-from taskforge.bodycap import BodyCapMiddleware  # noqa: E402
+from taskforge.http.bodycap import BodyCapMiddleware  # noqa: E402
 from workers.longpoll import AttemptHandler, LongPoll  # noqa: E402
 
 django_threaded = WSGIMiddleware(get_wsgi_application(), workers=settings.TASKFORGE_THREADS)

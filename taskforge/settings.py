@@ -10,7 +10,7 @@ from pathlib import Path
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
-from taskforge import embedded
+from taskforge.dev import embedded
 from taskforge.env import env_bool, env_int, env_list, env_optional, env_str
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -72,9 +72,9 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     # First and last: django-prometheus times the whole chain (request metrics on /metrics).
-    "taskforge.request_metrics.RequestMetricsBefore",
-    "taskforge.middleware.RequestIdMiddleware",
-    "taskforge.middleware.BodyLimitMiddleware",
+    "taskforge.ops.request_metrics.RequestMetricsBefore",
+    "taskforge.http.middleware.RequestIdMiddleware",
+    "taskforge.http.middleware.BodyLimitMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -83,7 +83,7 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
-    "taskforge.request_metrics.RequestMetricsAfter",
+    "taskforge.ops.request_metrics.RequestMetricsAfter",
 ]
 
 ROOT_URLCONF = "taskforge.urls"
@@ -150,7 +150,7 @@ TASKFORGE_RETENTION_DAYS = env_int("TASKFORGE_RETENTION_DAYS", 7, minimum=0, max
 TASKFORGE_METRICS_TOKEN = env_optional("TASKFORGE_METRICS_TOKEN")
 TASKFORGE_FAILPOINTS = env_str("TASKFORGE_FAILPOINTS", "")
 if TASKFORGE_FAILPOINTS:  # fault tests only; a typo must not silently disable a fault
-    from taskforge.failpoints import parse as _parse_failpoints
+    from taskforge.ops.failpoints import parse as _parse_failpoints
 
     _parse_failpoints(TASKFORGE_FAILPOINTS)
 
@@ -162,10 +162,10 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = TASKFORGE_MAX_PAYLOAD_BYTES + 1024
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": ["queues.apikeys.ApiKeyAuthentication"],
     "DEFAULT_PERMISSION_CLASSES": ["queues.apikeys.HasRole"],
-    "DEFAULT_PARSER_CLASSES": ["taskforge.parsers.StrictJSONParser"],
-    "DEFAULT_RENDERER_CLASSES": ["taskforge.renderers.FastJSONRenderer"],
-    "DEFAULT_CONTENT_NEGOTIATION_CLASS": "taskforge.renderers.JSONNegotiation",
-    "EXCEPTION_HANDLER": "taskforge.errors.exception_handler",
+    "DEFAULT_PARSER_CLASSES": ["taskforge.http.parsers.StrictJSONParser"],
+    "DEFAULT_RENDERER_CLASSES": ["taskforge.http.renderers.FastJSONRenderer"],
+    "DEFAULT_CONTENT_NEGOTIATION_CLASS": "taskforge.http.renderers.JSONNegotiation",
+    "EXCEPTION_HANDLER": "taskforge.http.errors.exception_handler",
     "UNAUTHENTICATED_USER": None,
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
 }
@@ -184,10 +184,13 @@ SPECTACULAR_SETTINGS = {
     "REDOC_DIST": "SIDECAR",
     "COMPONENT_SPLIT_REQUEST": True,
     "ENUM_GENERATE_CHOICE_DESCRIPTION": False,
-    "ENUM_NAME_OVERRIDES": {"TaskStatusEnum": "queues.models.Status", "ErrorCodeEnum": "queues.schema.ERROR_CODES"},
+    "ENUM_NAME_OVERRIDES": {
+        "TaskStatusEnum": "queues.models.Status",
+        "ErrorCodeEnum": "queues.api.openapi.ERROR_CODES",
+    },
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",
-        "taskforge.openapi.postprocess",
+        "taskforge.http.openapi_hooks.postprocess",
     ],
 }
 
@@ -210,7 +213,7 @@ SECURE_CONTENT_TYPE_NOSNIFF = True
 X_FRAME_OPTIONS = "DENY"
 CSRF_TRUSTED_ORIGINS = env_list("DJANGO_CSRF_TRUSTED_ORIGINS", "")
 # Admin logins: Django's ModelBackend behind a Redis-backed failed-login throttle.
-AUTHENTICATION_BACKENDS = ["taskforge.login_throttle.ThrottledModelBackend"]
+AUTHENTICATION_BACKENDS = ["taskforge.ops.login_throttle.ThrottledModelBackend"]
 
 # --- Static files, i18n -------------------------------------------------------
 
@@ -228,14 +231,14 @@ LOG_LEVEL = env_str("DJANGO_LOG_LEVEL", "INFO").upper()
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "filters": {"request_id": {"()": "taskforge.middleware.RequestIdFilter"}},
+    "filters": {"request_id": {"()": "taskforge.http.middleware.RequestIdFilter"}},
     "formatters": {
         "json": {
-            "()": "taskforge.logs.JsonFormatter",
+            "()": "taskforge.ops.logs.JsonFormatter",
             "fmt": "%(asctime)s %(levelname)s %(name)s %(message)s",
             "rename_fields": {"asctime": "ts", "levelname": "level", "name": "logger"},
         },
-        "text": {"()": "taskforge.logs.TextFormatter"},
+        "text": {"()": "taskforge.ops.logs.TextFormatter"},
     },
     "handlers": {
         "stdout": {

@@ -6,9 +6,9 @@ from django.contrib import admin
 from django.urls import URLPattern, include, re_path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
-from queues import views as q
-from taskforge import health
-from taskforge.catchall import UnknownPathView
+from queues.api import views as q
+from taskforge.http.catchall import UnknownPathView
+from taskforge.ops import health
 from workers import views as w
 
 _NAME = r"(?P<name>[^/]+)"
@@ -49,7 +49,7 @@ urlpatterns = [
     re_path(r"^(?!admin/|static/|dashboard/).*$", UnknownPathView.as_view(), name="unknown"),
 ]
 
-handler400 = "taskforge.errors.handler400"
-handler403 = "taskforge.errors.handler403"
-handler404 = "taskforge.errors.handler404"
-handler500 = "taskforge.errors.handler500"
+handler400 = "taskforge.http.errors.handler400"
+handler403 = "taskforge.http.errors.handler403"
+handler404 = "taskforge.http.errors.handler404"
+handler500 = "taskforge.http.errors.handler500"

@@ -13,10 +13,10 @@ import pytest
 from django.conf import settings
 from rest_framework.test import APIClient
 
-import taskforge.redis
+import taskforge.infra.redis
 from queues.apikeys import create_key
 from queues.models import ApiKey
-from taskforge import rowcache
+from taskforge.infra import rowcache
 from tests.factories import QueueFactory
 from workers import registry
 
@@ -41,8 +41,8 @@ def redis_db(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     base = int(os.environ.get("TASKFORGE_TEST_REDIS_DB_BASE", "1"))
     url = redis_url_for_db(settings.REDIS_URL, base + _worker_number())
     monkeypatch.setattr(settings, "REDIS_URL", url)
-    monkeypatch.setattr(taskforge.redis, "_client", None)
-    client = taskforge.redis.redis_client()
+    monkeypatch.setattr(taskforge.infra.redis, "_client", None)
+    client = taskforge.infra.redis.redis_client()
     client.flushdb()
     rowcache.clear_all()  # copies tagged with the old generation would outlive the flush
     registry.forget_writes()
@@ -50,7 +50,7 @@ def redis_db(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     client.flushdb()
     rowcache.clear_all()
     registry.forget_writes()
-    taskforge.redis._client = None
+    taskforge.infra.redis._client = None
 
 
 @pytest.fixture

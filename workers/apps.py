@@ -5,7 +5,7 @@ class WorkersConfig(AppConfig):
     name = "workers"
 
     def ready(self) -> None:
-        from taskforge import prometheus
+        from taskforge.ops import prometheus
         from workers.metrics import WorkerMetricsCollector
 
         prometheus.register(WorkerMetricsCollector())

@@ -6,7 +6,7 @@ on the thread pool, where :class:`AttemptHandler` resolves it to the view's
 synchronous form (``threaded_attempt``). An attempt that finds work answers at
 once. One that finds none answers :func:`must_wait` instead (never seen by the
 client), saying what to wait for; LongPoll then waits for the process's
-doorbell (``queues.wakeup``) on the event loop, and runs the request again.
+doorbell (``queues.dispatch.doorbell``) on the event loop, and runs the request again.
 When the wait is over, a last attempt answers what it finds, an empty list
 included. Every attempt is the whole request (authentication, validation, the
 error handler), so every answer comes from the one DRF code path; an attempt
@@ -32,7 +32,8 @@ from django.http import HttpRequest, HttpResponse, HttpResponseBase
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from queues import dispatch, wakeup
+from queues import dispatch
+from queues.dispatch import doorbell
 
 Continuation = Callable[[], Awaitable[Any]]
 Scope = MutableMapping[str, Any]
@@ -141,7 +142,7 @@ class LongPoll:
         left = asyncio.ensure_future(receive())  # the only other message that can come: http.disconnect
         try:
             async with contextlib.AsyncExitStack() as stack:
-                waiter: wakeup.Waiter | None = None
+                waiter: doorbell.Waiter | None = None
                 deadline = 0.0
                 kind = b"first"
                 while True:
@@ -153,7 +154,7 @@ class LongPoll:
                         return
                     if waiter is None:
                         # Registered now: try once more, a bell may have rung since the attempt.
-                        hub = wakeup.hub()
+                        hub = doorbell.hub()
                         waiter = await stack.enter_async_context(hub.waiter(wait.queue, wait.max_tasks))
                         deadline = loop.time() + wait.wait_seconds
                         kind = b"again"

@@ -10,13 +10,13 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from queues import dispatch, lifecycle, representations
-from queues.lookups import queue_or_404
-from queues.observe import queue_name
-from taskforge.errors import error_body
-from workers import longpoll, registry, schema
-from workers.longpoll import LongPollView, finish_later
-from workers.serializers import (
+from queues import dispatch, lifecycle
+from queues.api import outputs
+from queues.api.lookups import queue_or_404
+from queues.telemetry.observe import queue_name
+from taskforge.http.errors import error_body
+from workers import longpoll, openapi, registry
+from workers.inputs import (
     AckBatchSerializer,
     AckSerializer,
     ClaimSerializer,
@@ -24,6 +24,7 @@ from workers.serializers import (
     NackBatchSerializer,
     NackSerializer,
 )
+from workers.longpoll import LongPollView, finish_later
 
 WORKER, ADMIN = "worker", "admin"
 
@@ -35,7 +36,7 @@ def _validated(serializer_class: type[drf_serializers.Serializer], data: Any) ->
 
 
 def _task(row: dict[str, Any]) -> dict[str, Any]:
-    return representations.task(row, queue_name(row["queue_id"]))
+    return outputs.task(row, queue_name(row["queue_id"]))
 
 
 def _batch_result(task_id: Any, outcome: Any) -> dict[str, Any]:
@@ -45,10 +46,10 @@ def _batch_result(task_id: Any, outcome: Any) -> dict[str, Any]:
 
 
 def _claimed(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    return {"tasks": [representations.task(row, queue_name(row["queue_id"]), with_lease=True) for row in rows]}
+    return {"tasks": [outputs.task(row, queue_name(row["queue_id"]), with_lease=True) for row in rows]}
 
 
-@schema.claim_schema
+@openapi.claim_schema
 class ClaimView(LongPollView):
     """A long poll waits on the event loop (see workers.longpoll), holding no database connection."""
 
@@ -75,7 +76,7 @@ class ClaimView(LongPollView):
         return finish_later(Response({"tasks": []}), wait)
 
 
-@schema.heartbeat_schema
+@openapi.heartbeat_schema
 class HeartbeatView(APIView):
     roles = {"POST": WORKER}
 
@@ -86,7 +87,7 @@ class HeartbeatView(APIView):
         return Response({"task_id": row["id"], "status": row["status"], "lease_expires_at": row["lease_expires_at"]})
 
 
-@schema.ack_schema
+@openapi.ack_schema
 class AckView(APIView):
     roles = {"POST": WORKER}
 
@@ -102,7 +103,7 @@ class AckView(APIView):
         return Response(_task(row))
 
 
-@schema.nack_schema
+@openapi.nack_schema
 class NackView(APIView):
     roles = {"POST": WORKER}
 
@@ -120,7 +121,7 @@ class NackView(APIView):
         return Response(_task(row))
 
 
-@schema.ack_batch_schema
+@openapi.ack_batch_schema
 class AckBatchView(APIView):
     roles = {"POST": WORKER}
 
@@ -134,7 +135,7 @@ class AckBatchView(APIView):
         )
 
 
-@schema.nack_batch_schema
+@openapi.nack_batch_schema
 class NackBatchView(APIView):
     roles = {"POST": WORKER}
 
@@ -151,7 +152,7 @@ class NackBatchView(APIView):
         )
 
 
-@schema.worker_list_schema
+@openapi.worker_list_schema
 class WorkerListView(APIView):
     roles = {"GET": ADMIN}
 

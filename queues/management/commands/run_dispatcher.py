@@ -5,7 +5,7 @@ from __future__ import annotations
 import redis
 
 from queues import dispatch
-from taskforge.loop import LoopCommand
+from taskforge.infra.loop import LoopCommand
 
 
 class Command(LoopCommand):

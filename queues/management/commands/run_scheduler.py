@@ -1,4 +1,4 @@
-"""Delayed tasks and retries into the dispatch lanes on time (see queues.schedule)."""
+"""Delayed tasks and retries into the dispatch lanes on time (see queues.loops.scheduler)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import time
 
 from django.conf import settings
 
-from queues import schedule
-from taskforge.loop import LoopCommand
+from queues.loops import scheduler
+from taskforge.infra.loop import LoopCommand
 
 #: The fast tier's period: Redis only, so it can run far more often than the Postgres tick.
 FAST_TICK_SECONDS = 0.05
@@ -24,12 +24,12 @@ class Command(LoopCommand):
         now = time.monotonic()
         if now >= self._next_slow_tick:
             self._next_slow_tick = now + settings.TASKFORGE_SCHEDULER_TICK
-            self._promoted = handled = schedule.slow_tick()
-        return handled + schedule.fast_tick()
+            self._promoted = handled = scheduler.slow_tick()
+        return handled + scheduler.fast_tick()
 
     def more_work_pending(self, handled: int) -> bool:
         # A full promotion batch: more retries are due, do the slow tier again at once.
-        if getattr(self, "_promoted", 0) >= schedule.PROMOTE_BATCH:
+        if getattr(self, "_promoted", 0) >= scheduler.PROMOTE_BATCH:
             self._next_slow_tick = 0.0
             self._promoted = 0
             return True

@@ -7,7 +7,7 @@ import logging
 from django.conf import settings
 
 from queues import lifecycle
-from taskforge.loop import LoopCommand
+from taskforge.infra.loop import LoopCommand
 
 EXPIRE_BATCH = 500
 PRUNE_BATCH = 1000

@@ -1,0 +1,272 @@
+"""Queue, task, stats and DLQ endpoints: validate, call the lifecycle, render."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import IntegrityError, transaction
+from django.db.models import Q
+from rest_framework import serializers as drf_serializers
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from queues import dispatch, lifecycle
+from queues.api import openapi, outputs
+from queues.api.inputs import (
+    BulkReplaySerializer,
+    EnqueueBatchSerializer,
+    EnqueueSerializer,
+    QueueCreateSerializer,
+    QueueUpdateSerializer,
+    plain_enqueue,
+)
+from queues.api.lookups import queue_or_404, task_id_or_404
+from queues.errors import QueueNameTaken
+from queues.models import DeadLetterTask, Queue, Status, TaskEvent
+from queues.telemetry.stats import queue_stats
+from taskforge.http.pagination import QueryParams, encode_cursor
+from taskforge.ops import audit
+
+PRODUCER, ADMIN = "producer", "admin"
+TASK_LIST_PARAMS = frozenset({"status", "claimed_by", "created_after", "created_before", "limit", "cursor"})
+DLQ_LIST_PARAMS = frozenset({"include_replayed", "died_after", "died_before", "limit", "cursor"})
+
+
+def _validated(serializer_class: type[drf_serializers.Serializer], data: Any) -> dict[str, Any]:
+    serializer = serializer_class(data=data)
+    serializer.is_valid(raise_exception=True)
+    return dict(serializer.validated_data)
+
+
+def _check_delay_bounds(base: int, max_delay: int) -> None:
+    if max_delay < base:
+        raise drf_serializers.ValidationError(
+            {"retry_max_delay_ms": ["Must be greater than or equal to retry_base_ms."]}
+        )
+
+
+# --- queues -----------------------------------------------------------------------
+
+
+@openapi.queue_list_schema
+class QueueListView(APIView):
+    roles = {"GET": PRODUCER, "POST": ADMIN}
+
+    def get(self, request: Request) -> Response:
+        return Response({"results": [outputs.queue(q) for q in Queue.objects.all()]})
+
+    def post(self, request: Request) -> Response:
+        fields = _validated(QueueCreateSerializer, request.data)
+        queue = Queue(**fields)
+        _check_delay_bounds(queue.retry_base_ms, queue.retry_max_delay_ms)
+        try:
+            with transaction.atomic():
+                queue.save()
+        except IntegrityError:
+            raise QueueNameTaken(fields["name"]) from None
+        return Response(outputs.queue(queue), status=201)
+
+
+@openapi.queue_detail_schema
+class QueueDetailView(APIView):
+    roles = {"GET": PRODUCER, "PATCH": ADMIN, "DELETE": ADMIN}
+
+    def get(self, request: Request, name: str) -> Response:
+        return Response(outputs.queue(queue_or_404(name)))
+
+    def patch(self, request: Request, name: str) -> Response:
+        queue = queue_or_404(name)
+        fields = _validated(QueueUpdateSerializer, request.data)
+        was_paused = queue.paused
+        for attr, value in fields.items():
+            setattr(queue, attr, value)
+        _check_delay_bounds(queue.retry_base_ms, queue.retry_max_delay_ms)
+        queue.save()
+        if was_paused and not queue.paused:
+            transaction.on_commit(lambda: dispatch.announce(queue, []))
+        return Response(outputs.queue(queue))
+
+    def delete(self, request: Request, name: str) -> Response:
+        lifecycle.delete_queue(queue_or_404(name))
+        return Response(status=204)
+
+
+@openapi.queue_purge_schema
+class QueuePurgeView(APIView):
+    roles = {"POST": ADMIN}
+
+    def post(self, request: Request, name: str) -> Response:
+        purged = lifecycle.purge(queue_or_404(name))
+        audit.record("queue.purged", audit.api_actor(request), f"queue {name!r} purged", queue=name, count=purged)
+        return Response({"purged": purged})
+
+
+@openapi.queue_stats_schema
+class QueueStatsView(APIView):
+    roles = {"GET": PRODUCER}
+
+    def get(self, request: Request, name: str) -> Response:
+        (stats,) = queue_stats([queue_or_404(name)])
+        return Response(stats)
+
+
+# --- tasks ------------------------------------------------------------------------
+
+
+def _new_task(fields: dict[str, Any], raw_body: Any) -> lifecycle.NewTask:
+    return lifecycle.NewTask(
+        payload=fields["payload"],
+        priority=fields["priority"],
+        scheduled_at=fields["scheduled_at"],
+        idempotency_key=fields["idempotency_key"],
+        max_retries=fields["max_retries"],
+        fingerprint=lifecycle.fingerprint(raw_body) if fields["idempotency_key"] is not None else None,
+    )
+
+
+@openapi.task_list_schema
+class TaskListView(APIView):
+    roles = {"GET": PRODUCER, "POST": PRODUCER}
+
+    def post(self, request: Request, name: str) -> Response:
+        queue = queue_or_404(name)
+        fields = plain_enqueue(request.data) or _validated(EnqueueSerializer, request.data)
+        ((row, created),) = lifecycle.enqueue(queue, [_new_task(fields, request.data)])
+        return Response(outputs.task(row, queue.name), status=201 if created else 200)
+
+    def get(self, request: Request, name: str) -> Response:
+        queue = queue_or_404(name)
+        params = QueryParams(request.query_params, TASK_LIST_PARAMS)
+        status = params.choice("status", list(Status.values))
+        claimed_by = params.text("claimed_by")
+        created_after = params.timestamp("created_after")
+        created_before = params.timestamp("created_before")
+        limit = params.limit()
+        cursor = params.cursor()
+        rows = queue.tasks.all()
+        if status:
+            rows = rows.filter(status=status)
+        if claimed_by:
+            rows = rows.filter(claimed_by=claimed_by)
+        if created_after:
+            rows = rows.filter(created_at__gt=created_after)
+        if created_before:
+            rows = rows.filter(created_at__lt=created_before)
+        if cursor:
+            at, row_id = cursor
+            rows = rows.filter(Q(created_at__lt=at) | Q(created_at=at, id__lt=row_id))
+        page = list(rows.order_by("-created_at", "-id").values()[: limit + 1])
+        more = len(page) > limit
+        page = page[:limit]
+        return Response(
+            {
+                "results": [outputs.task(row, queue.name) for row in page],
+                "next": encode_cursor(page[-1]["created_at"], page[-1]["id"]) if more else None,
+            }
+        )
+
+
+@openapi.task_batch_schema
+class TaskBatchView(APIView):
+    roles = {"POST": PRODUCER}
+
+    def post(self, request: Request, name: str) -> Response:
+        queue = queue_or_404(name)
+        serializer = EnqueueBatchSerializer(data=request.data)
+        if not serializer.is_valid():
+            errors = serializer.errors
+            # Item errors are reported by index ("3.priority"), not under "tasks".
+            raise drf_serializers.ValidationError(errors["tasks"] if isinstance(errors.get("tasks"), dict) else errors)
+        items = serializer.validated_data["tasks"]
+        outcomes = lifecycle.enqueue(queue, [_new_task(item, item["_raw"]) for item in items])
+        return Response({"tasks": [outputs.task(row, queue.name) for row, _ in outcomes]}, status=201)
+
+
+@openapi.task_detail_schema
+class TaskDetailView(APIView):
+    roles = {"GET": PRODUCER, "DELETE": PRODUCER}
+
+    def get(self, request: Request, name: str, task_id: str) -> Response:
+        queue = queue_or_404(name)
+        row = lifecycle.get_task(queue, task_id_or_404(task_id))
+        events = TaskEvent.objects.filter(task_id=row["id"], kind=TaskEvent.Kind.TRANSITION).order_by("at", "id")
+        body = outputs.task(row, queue.name)
+        body["history"] = [outputs.history_entry(event) for event in events.values()]
+        return Response(body)
+
+    def delete(self, request: Request, name: str, task_id: str) -> Response:
+        queue = queue_or_404(name)
+        row = lifecycle.cancel(queue, task_id_or_404(task_id))
+        return Response(outputs.task(row, queue.name))
+
+
+# --- dead-letter queue -----------------------------------------------------------------
+
+
+@openapi.dlq_list_schema
+class DeadLetterListView(APIView):
+    roles = {"GET": ADMIN}
+
+    def get(self, request: Request, name: str) -> Response:
+        queue = queue_or_404(name)
+        params = QueryParams(request.query_params, DLQ_LIST_PARAMS)
+        include_replayed = params.boolean("include_replayed")
+        died_after = params.timestamp("died_after")
+        died_before = params.timestamp("died_before")
+        limit = params.limit()
+        cursor = params.cursor()
+        entries = DeadLetterTask.objects.filter(queue=queue)
+        if not include_replayed:
+            entries = entries.filter(task__status=Status.DEAD)
+        if died_after:
+            entries = entries.filter(died_at__gt=died_after)
+        if died_before:
+            entries = entries.filter(died_at__lt=died_before)
+        if cursor:
+            at, row_id = cursor
+            entries = entries.filter(Q(died_at__lt=at) | Q(died_at=at, task_id__lt=row_id))
+        page = list(entries.order_by("-died_at", "-task_id")[: limit + 1])
+        more = len(page) > limit
+        page = page[:limit]
+        return Response(
+            {
+                "results": [outputs.dead_letter(entry, queue.name) for entry in page],
+                "next": encode_cursor(page[-1].died_at, page[-1].task_id) if more else None,
+            }
+        )
+
+
+@openapi.dlq_replay_schema
+class DeadLetterReplayView(APIView):
+    roles = {"POST": ADMIN}
+
+    def post(self, request: Request, name: str, task_id: str) -> Response:
+        queue = queue_or_404(name)
+        row = lifecycle.replay(queue, task_id_or_404(task_id), actor=audit.api_actor(request))
+        audit.record("dlq.replayed", audit.api_actor(request), f"task {row['id']} replayed", queue=name, count=1)
+        return Response(outputs.task(row, queue.name))
+
+
+@openapi.dlq_bulk_replay_schema
+class DeadLetterBulkReplayView(APIView):
+    roles = {"POST": ADMIN}
+
+    def post(self, request: Request, name: str) -> Response:
+        queue = queue_or_404(name)
+        fields = _validated(BulkReplaySerializer, request.data)
+        replayed = lifecycle.replay_many(queue, fields.get("ids"), actor=audit.api_actor(request))
+        audit.record(
+            "dlq.replayed", audit.api_actor(request), f"{replayed} dead task(s) replayed", queue=name, count=replayed
+        )
+        return Response({"replayed": replayed})
+
+
+@openapi.dlq_detail_schema
+class DeadLetterDetailView(APIView):
+    roles = {"DELETE": ADMIN}
+
+    def delete(self, request: Request, name: str, task_id: str) -> Response:
+        lifecycle.discard(queue_or_404(name), task_id_or_404(task_id))
+        audit.record("dlq.discarded", audit.api_actor(request), f"task {task_id} discarded", queue=name, count=1)
+        return Response(status=204)

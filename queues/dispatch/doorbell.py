@@ -1,0 +1,175 @@
+"""Doorbells for long-polling claimers.
+
+Whoever makes tasks claimable (enqueue, promotion, replay, the scheduler
+moving due tasks, the dispatcher refilling a lane, a queue resumed) rings:
+one ``PUBLISH`` on :func:`channel` naming the queue and how many tasks
+arrived (0: unknown, wake everyone).
+
+Each API process listens with ONE Redis connection (:class:`Hub`, one per
+event loop) and wakes its local waiters, which wait on ``asyncio`` events: a
+waiting claim holds no thread, no database connection and no Redis
+connection of its own. A bell for n tasks wakes only as many waiters as
+can take n tasks (by their ``max_tasks``), not the whole herd.
+
+A lost bell (Redis down, a flush, a race) costs latency, never a task:
+waiters re-check on a timer, shorter while the hub is disconnected.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import contextvars
+import logging
+import weakref
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+
+import redis
+import redis.asyncio as aioredis
+from django.conf import settings
+
+from taskforge.infra.redis import redis_client
+
+logger = logging.getLogger("taskforge.wakeup")
+
+CHANNEL_PREFIX = "tf:wake:"
+#: Re-check interval while the hub is subscribed: only a safety net for a lost bell.
+CONNECTED_RECHECK_SECONDS = 5.0
+#: Re-check interval while Redis is unreachable (claims then come from Postgres).
+DISCONNECTED_RECHECK_SECONDS = 1.0
+
+
+def channel() -> str:
+    """The doorbell channel of this deployment.
+
+    Pub/sub ignores Redis database numbers, so the channel carries the
+    database: deployments (or test runs) sharing one Redis server on different
+    databases never ring each other's bells.
+    """
+    return f"{CHANNEL_PREFIX}{redis_client().connection_pool.connection_kwargs.get('db', 0)}"
+
+
+def ring(queue_name: str, count: int = 0, *, pipe: redis.client.Pipeline | None = None) -> None:
+    """Tell every API process that ``count`` tasks (0: some) became claimable in the queue.
+
+    With ``pipe``, the bell is only queued on it: it rings when the caller
+    executes the pipeline, after the commands queued before it.
+    """
+    if pipe is not None:
+        pipe.publish(channel(), f"{count} {queue_name}".encode())
+        return
+    try:
+        redis_client().publish(channel(), f"{count} {queue_name}".encode())
+    except redis.RedisError:
+        logger.warning("redis unavailable: long-poll wakeup skipped", extra={"queue": queue_name})
+
+
+def _parse(message: bytes) -> tuple[str, int]:
+    count, _, queue_name = message.decode(errors="replace").partition(" ")
+    try:
+        return queue_name, int(count)
+    except ValueError:
+        return queue_name, 0
+
+
+@dataclass(eq=False)
+class Waiter:
+    queue_name: str | None  # None: any queue
+    max_tasks: int
+    event: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+class Hub:
+    """One process's subscription to the doorbell channel, shared by all its waiters."""
+
+    def __init__(self) -> None:
+        self.waiters: list[Waiter] = []
+        self.connected = False
+        # Set once the first subscription attempt has succeeded or failed.
+        self._settled = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def recheck_seconds(self) -> float:
+        return CONNECTED_RECHECK_SECONDS if self.connected else DISCONNECTED_RECHECK_SECONDS
+
+    @contextlib.asynccontextmanager
+    async def waiter(self, queue_name: str | None, max_tasks: int) -> AsyncIterator[Waiter]:
+        """Register a waiter; on entry the hub is subscribed (or known to be down).
+
+        Callers claim once more after entering: a bell that rang between their
+        first attempt and the registration is otherwise lost.
+        """
+        waiter = Waiter(queue_name, max_tasks)
+        self.waiters.append(waiter)
+        self._ensure_listening()
+        try:
+            if not self._settled.is_set():
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._settled.wait(), timeout=3.0)
+            yield waiter
+        finally:
+            self.waiters.remove(waiter)
+
+    def _ensure_listening(self) -> None:
+        if self._task is None or self._task.done():
+            # A clean context: the listener outlives the request that started it.
+            self._task = asyncio.get_running_loop().create_task(self._listen(), context=contextvars.Context())
+
+    async def _listen(self) -> None:
+        backoff = 0.2
+        while True:
+            client = aioredis.Redis.from_url(settings.REDIS_URL, socket_connect_timeout=2, health_check_interval=15)
+            pubsub = client.pubsub(ignore_subscribe_messages=True)
+            try:
+                await pubsub.subscribe(channel())
+                self.connected = True
+                self._settled.set()
+                backoff = 0.2
+                # Bells may have rung while we were not listening.
+                self._wake_all()
+                while True:
+                    message = await pubsub.get_message(timeout=30.0)
+                    if message is not None and message.get("type") == "message":
+                        self._wake(*_parse(message["data"]))
+            except (redis.RedisError, OSError) as exc:
+                if self.connected:
+                    logger.warning("doorbell subscription lost: %s", exc, extra={"event": "wakeup.disconnected"})
+                self.connected = False
+                self._settled.set()
+                self._wake_all()  # let waiters fall back to polling Postgres
+            finally:
+                with contextlib.suppress(Exception):
+                    await pubsub.aclose()
+                with contextlib.suppress(Exception):
+                    await client.aclose()
+            await asyncio.sleep(backoff)
+            backoff = min(backoff * 2, 5.0)
+
+    def _wake(self, queue_name: str, count: int) -> None:
+        budget = count if count > 0 else None
+        for waiter in self.waiters:
+            if waiter.queue_name not in (None, queue_name) or waiter.event.is_set():
+                continue
+            waiter.event.set()
+            if budget is not None:
+                budget -= waiter.max_tasks
+                if budget <= 0:
+                    return
+
+    def _wake_all(self) -> None:
+        for waiter in self.waiters:
+            waiter.event.set()
+
+
+_hubs: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Hub] = weakref.WeakKeyDictionary()
+
+
+def hub() -> Hub:
+    """The hub of the running event loop (a server has one loop; tests make many)."""
+    loop = asyncio.get_running_loop()
+    found = _hubs.get(loop)
+    if found is None:
+        found = _hubs[loop] = Hub()
+    return found

@@ -1,0 +1,99 @@
+"""The product metrics of ``/metrics``, built at scrape time.
+
+Counters and the histogram come from Redis (``queues.telemetry.counters``: summed over
+every process that made a move), gauges from Postgres (``queues.telemetry.depth``).
+Either store being down drops only its own families from the scrape, so
+``/metrics`` keeps answering with what it can (and says so in the log).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+
+import redis
+from django.db import DatabaseError
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+
+from queues.telemetry import counters, depth
+
+logger = logging.getLogger("taskforge.metrics")
+
+
+class TaskMetricsCollector:
+    def collect(self) -> Iterator[Metric]:
+        try:
+            depths = depth.queue_depths()
+        except DatabaseError as exc:
+            logger.warning("queue depth unavailable: %s", exc, extra={"event": "metrics.depth_failed"})
+            depths = []
+        try:
+            totals = counters.snapshot()
+        except (redis.RedisError, OSError) as exc:
+            logger.warning("task counters unavailable: %s", exc, extra={"event": "metrics.read_failed"})
+            totals = None
+        queue_names = [entry.name for entry in depths]
+        if totals is not None:
+            yield from _counters(totals, queue_names)
+        yield from _gauges(depths)
+
+    def describe(self) -> Iterator[Metric]:
+        # Nothing at registration time: describing must not touch Postgres or Redis.
+        return iter(())
+
+
+def _counters(totals: counters.Snapshot, queue_names: list[str]) -> Iterator[Metric]:
+    # Every existing queue gets its series at 0, so rate() works from the first task;
+    # series of deleted queues stay as they were (counters never go back).
+    enqueued = CounterMetricFamily(
+        "taskforge_tasks_enqueued", "Tasks accepted by enqueue (idempotent replays excluded).", labels=["queue"]
+    )
+    for queue in sorted(set(queue_names) | set(totals.enqueued)):
+        enqueued.add_metric([queue], totals.enqueued.get(queue, 0))
+    yield enqueued
+
+    completed = CounterMetricFamily(
+        "taskforge_tasks_completed",
+        "Finished attempts by outcome (done: acked; failed: nacked with retries left; dead: nacked into the DLQ; "
+        "expired: lease expired) and cancelled tasks.",
+        labels=["queue", "status"],
+    )
+    queues = sorted(set(queue_names) | {queue for queue, _ in totals.completed})
+    for queue in queues:
+        for status in counters.COMPLETION_STATUSES:
+            completed.add_metric([queue, status], totals.completed.get((queue, status), 0))
+    yield completed
+
+    durations = HistogramMetricFamily(
+        "taskforge_task_execution_duration_seconds",
+        "Claim to ack, nack or lease expiry, for every finished attempt.",
+        labels=["queue"],
+    )
+    empty = ([(label, 0) for label in counters.BUCKET_LABELS], 0.0)
+    for queue in sorted(set(queue_names) | set(totals.durations)):
+        buckets, total = totals.durations.get(queue, empty)
+        durations.add_metric([queue], buckets, total)
+    yield durations
+
+
+def _gauges(depths: list[depth.QueueDepth]) -> Iterator[Metric]:
+    by_status = GaugeMetricFamily(
+        "taskforge_queue_depth",
+        "Tasks by status now (pending: due; scheduled: pending, not yet due). "
+        "done and cancelled are recounted every 30 s (less often on very large tables).",
+        labels=["queue", "status"],
+    )
+    dlq = GaugeMetricFamily("taskforge_dlq_depth", "Dead tasks waiting in the dead-letter queue.", labels=["queue"])
+    oldest = GaugeMetricFamily(
+        "taskforge_queue_oldest_pending_age_seconds",
+        "How long the oldest due pending task has been waiting (0 when none).",
+        labels=["queue"],
+    )
+    for entry in depths:
+        for status in depth.DEPTH_STATUSES:
+            by_status.add_metric([entry.name, status], entry.depth[status])
+        dlq.add_metric([entry.name], entry.dlq_depth)
+        oldest.add_metric([entry.name], entry.oldest_pending_age_seconds or 0.0)
+    yield by_status
+    yield dlq
+    yield oldest

@@ -1,0 +1,237 @@
+"""Task counters and the execution-time histogram, kept in Redis.
+
+Transitions happen in every API process, the scheduler and the watchdog,
+possibly in different containers, so no process can hold the totals in its
+own memory. Each committed batch of moves becomes one MULTI/EXEC of
+``HINCRBY``/``HINCRBYFLOAT`` on three hashes, and ``/metrics`` (any API
+process) reads them back at scrape time (``queues.telemetry.collector``):
+
+* ``tf:{metrics}:enqueued``   field ``queue``           -> tasks enqueued
+* ``tf:{metrics}:completed``  field ``queue|status``    -> finished attempts and cancels
+* ``tf:{metrics}:duration``   field ``queue|le``        -> observations in that bucket only
+                              field ``queue|sum``       -> sum of observed seconds
+
+Buckets are stored non-cumulative and summed at read time, so one
+observation is one ``HINCRBY`` whatever its value. The keys share the
+``{metrics}`` hash tag, so the transaction also runs on Redis Cluster.
+
+Metrics are best-effort: Redis trouble never fails a transition. Increments
+that could not be written stay in this process (bounded) and go out with the
+next write once Redis answers again; a warning is logged at most once a
+minute. A Redis restart or flush resets the counters, which Prometheus'
+``rate()`` and ``increase()`` treat like any counter reset.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import redis
+
+from taskforge.infra.redis import redis_client
+
+logger = logging.getLogger("taskforge.metrics")
+
+ENQUEUED_KEY = "tf:{metrics}:enqueued"
+COMPLETED_KEY = "tf:{metrics}:completed"
+DURATION_KEY = "tf:{metrics}:duration"
+
+# Claim to ack/nack/expiry, in seconds: from fast handlers to hour-long jobs.
+BUCKETS: tuple[float, ...] = (
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600, math.inf,
+)  # fmt: skip
+COMPLETION_STATUSES = ("done", "failed", "dead", "expired", "cancelled")
+
+# After a failed write, skip Redis for this long: a hung Redis (connect
+# timeout) must not slow every transition down.
+RETRY_AFTER_SECONDS = 5.0
+WARN_EVERY_SECONDS = 60.0
+# Distinct (key, field) pairs kept while Redis is away; beyond that, increments are dropped.
+MAX_PENDING_FIELDS = 10_000
+
+
+def bucket_label(upper: float) -> str:
+    """Prometheus' spelling of a bucket bound (``0.005``, ``1.0``, ``+Inf``)."""
+    if math.isinf(upper):
+        return "+Inf"
+    return repr(float(upper))
+
+
+BUCKET_LABELS = tuple(bucket_label(b) for b in BUCKETS)
+
+
+def completion_status(row: dict[str, Any]) -> str | None:
+    """The ``status`` label of ``taskforge_tasks_completed_total`` for a move, if any.
+
+    Only finished attempts (ack, nack, lease expiry) and cancels count: a
+    lease expiry is ``expired`` whether the task goes on to ``retry`` or
+    ``dead``, a nack is ``failed`` when the task will be retried.
+    """
+    to_status, from_status = row["status"], row["from_status"]
+    if to_status == "cancelled":
+        return "cancelled"
+    if from_status not in ("claimed", "executing"):
+        return None
+    if row.get("expired"):
+        return "expired"
+    return {"done": "done", "dead": "dead", "retry": "failed"}.get(to_status)
+
+
+def _bucket_for(seconds: float) -> str:
+    for upper, label in zip(BUCKETS, BUCKET_LABELS, strict=True):
+        if seconds <= upper:
+            return label
+    return "+Inf"  # NaN
+
+
+Increments = Counter[tuple[str, str]]
+
+
+def increments_for(rows: Iterable[dict[str, Any]], queue_name: Callable[[Any], str]) -> Increments:
+    """What a batch of committed moves adds to each stored series."""
+    out: Increments = Counter()
+    for row in rows:
+        queue = queue_name(row["queue_id"])
+        if row["from_status"] is None:
+            out[(ENQUEUED_KEY, queue)] += 1
+            continue
+        status = completion_status(row)
+        if status is None:
+            continue
+        out[(COMPLETED_KEY, f"{queue}|{status}")] += 1
+        seconds = row.get("execution_seconds")
+        if status != "cancelled" and seconds is not None:
+            seconds = max(0.0, float(seconds))
+            out[(DURATION_KEY, f"{queue}|{_bucket_for(seconds)}")] += 1
+            out[(DURATION_KEY, f"{queue}|sum")] += seconds  # type: ignore[assignment]
+    return out
+
+
+@dataclass
+class _Outbox:
+    """Increments this process has not yet written to Redis."""
+
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    pending: Increments = field(default_factory=Counter)
+    retry_at: float = 0.0
+    last_warning: float = -math.inf
+    failures_since_warning: int = 0
+    dropped: int = 0
+
+    def add(self, increments: Increments) -> None:
+        for series, amount in increments.items():
+            if series in self.pending or len(self.pending) < MAX_PENDING_FIELDS:
+                self.pending[series] += amount
+            else:
+                self.dropped += 1
+
+
+_outbox = _Outbox()
+
+
+def record_transitions(rows: list[dict[str, Any]], queue_name: Callable[[Any], str]) -> None:
+    """Add a committed batch of moves to the shared counters (never raises)."""
+    increments = increments_for(rows, queue_name)
+    if increments:
+        flush(increments)
+
+
+def flush(increments: Increments | None = None) -> bool:
+    """Write ``increments`` and anything left over from earlier failures.
+
+    Returns whether Redis took the write (nothing pending counts as taken).
+    """
+    outbox = _outbox
+    with outbox.lock:
+        if increments:
+            outbox.add(increments)
+        if not outbox.pending:
+            return True
+        if time.monotonic() < outbox.retry_at:
+            return False
+        batch, outbox.pending = outbox.pending, Counter()
+    try:
+        pipe = redis_client().pipeline(transaction=True)
+        for (key, name), amount in sorted(batch.items()):
+            if isinstance(amount, float):
+                pipe.hincrbyfloat(key, name, amount)
+            else:
+                pipe.hincrby(key, name, amount)
+        pipe.execute()
+    except (redis.RedisError, OSError) as exc:
+        with outbox.lock:
+            outbox.add(batch)
+            outbox.retry_at = time.monotonic() + RETRY_AFTER_SECONDS
+            outbox.failures_since_warning += 1
+            _warn_rate_limited(outbox, exc)
+        return False
+    return True
+
+
+def _warn_rate_limited(outbox: _Outbox, exc: Exception) -> None:
+    now = time.monotonic()
+    if now - outbox.last_warning < WARN_EVERY_SECONDS:
+        return
+    logger.warning(
+        "metrics not written to redis (%s); %d series kept for a later write",
+        type(exc).__name__,
+        len(outbox.pending),
+        extra={
+            "event": "metrics.write_failed",
+            "error": f"{type(exc).__name__}: {exc}",
+            "failures": outbox.failures_since_warning,
+            "pending_series": len(outbox.pending),
+            "dropped_increments": outbox.dropped,
+        },
+    )
+    outbox.last_warning = now
+    outbox.failures_since_warning = 0
+
+
+# --- reading the totals back (at scrape time) ------------------------------------------
+
+
+@dataclass
+class Snapshot:
+    enqueued: dict[str, int] = field(default_factory=dict)
+    completed: dict[tuple[str, str], int] = field(default_factory=dict)
+    # queue -> (cumulative count per bucket label, in BUCKETS order; sum of seconds)
+    durations: dict[str, tuple[list[tuple[str, int]], float]] = field(default_factory=dict)
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def snapshot() -> Snapshot:
+    """The stored totals (raises ``redis.RedisError`` when Redis is unreachable)."""
+    pipe = redis_client().pipeline(transaction=False)
+    pipe.hgetall(ENQUEUED_KEY)
+    pipe.hgetall(COMPLETED_KEY)
+    pipe.hgetall(DURATION_KEY)
+    enqueued_raw, completed_raw, duration_raw = pipe.execute()
+    snap = Snapshot()
+    for name, value in enqueued_raw.items():
+        snap.enqueued[_text(name)] = int(value)
+    for name, value in completed_raw.items():
+        queue, _, status = _text(name).rpartition("|")
+        snap.completed[(queue, status)] = int(value)
+    per_queue: dict[str, dict[str, float]] = {}
+    for name, value in duration_raw.items():
+        queue, _, part = _text(name).rpartition("|")
+        per_queue.setdefault(queue, {})[part] = float(value)
+    for queue, parts in per_queue.items():
+        running = 0
+        buckets = []
+        for label in BUCKET_LABELS:
+            running += int(parts.get(label, 0))
+            buckets.append((label, running))
+        snap.durations[queue] = (buckets, parts.get("sum", 0.0))
+    return snap

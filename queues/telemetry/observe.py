@@ -1,0 +1,75 @@
+"""What the world learns of each transition: one JSON log line and counters.
+
+Called by ``queues.lifecycle`` after the commit, from whichever process made
+the move (API, scheduler, watchdog), so logs and counters never report a move
+that was rolled back.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from typing import Any
+
+from queues.models import LEASED, Queue
+from taskforge.ops.logs import Batch, log_batch
+
+logger = logging.getLogger("taskforge.transitions")
+
+# Queue names never change (the API refuses renames), so this cache is never stale;
+# a deleted queue's id is never reused.
+_queue_names: dict[uuid.UUID, str] = {}
+
+
+def queue_name(queue_id: uuid.UUID) -> str:
+    name = _queue_names.get(queue_id)
+    if name is None:
+        name = Queue.objects.filter(pk=queue_id).values_list("name", flat=True).first() or str(queue_id)
+        _queue_names[queue_id] = name
+    return name
+
+
+def transitions(rows: list[dict[str, Any]]) -> None:
+    from queues.telemetry import counters
+
+    batch: Batch = []
+    for row in rows:
+        queue = queue_name(row["queue_id"])
+        duration_ms = round(float(row["duration_ms"] or 0.0), 3)
+        message = f"task {row['id']} {row['from_status']} -> {row['status']} in {queue} ({duration_ms:.1f} ms)"
+        fields = {
+            "event": "task.transition",
+            "task_id": str(row["id"]),
+            "queue": queue,
+            "worker_id": _worker(row),
+            "from_status": row["from_status"],
+            "to_status": row["status"],
+            "duration_ms": duration_ms,
+            "attempts": row["attempts"],
+        }
+        batch.append((message, fields))
+    log_batch(logger, logging.INFO, batch)
+    try:
+        counters.record_transitions(rows, queue_name)
+    except Exception:
+        # The move is committed and the caller is owed its answer: a metrics bug must not turn it into a 500.
+        logger.exception("recording metrics failed", extra={"event": "metrics.error"})
+
+
+def _worker(row: dict[str, Any]) -> str | None:
+    """The worker the move concerns: the one that made it, or, for a lease
+    expiry (made by the watchdog), the one that lost the lease."""
+    if row.get("event_worker"):
+        return row["event_worker"]
+    if row["from_status"] in LEASED:
+        return row.get("claimed_by")
+    return None
+
+
+def discarded(queue: Queue, count: int) -> None:
+    if count:
+        logger.info(
+            "discarded %d dead task(s)",
+            count,
+            extra={"event": "task.discarded", "queue": queue.name, "count": count},
+        )

@@ -1,0 +1,131 @@
+"""The one place where every error becomes the contract's error shape.
+
+``{"error": {"code": ..., "message": ..., "fields": {...}}}``; ``fields``
+only for validation errors, and never a traceback.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from django import db
+from django.core.exceptions import PermissionDenied
+from django.http import Http404, HttpRequest, JsonResponse
+from rest_framework import exceptions as drf
+from rest_framework.response import Response
+
+logger = logging.getLogger("taskforge.http.errors")
+
+
+class DomainError(Exception):
+    """Base of the apps' errors: each subclass names its status and code."""
+
+    status_code = 400
+    code = "validation_error"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+_DRF_CODES: dict[type[Exception], tuple[int, str]] = {
+    drf.NotAuthenticated: (401, "unauthorized"),
+    drf.AuthenticationFailed: (401, "unauthorized"),
+    drf.PermissionDenied: (403, "forbidden"),
+    drf.NotFound: (404, "not_found"),
+    drf.MethodNotAllowed: (405, "method_not_allowed"),
+    drf.UnsupportedMediaType: (415, "unsupported_media_type"),
+    drf.ParseError: (400, "validation_error"),
+    drf.ValidationError: (400, "validation_error"),
+    drf.Throttled: (429, "throttled"),
+}
+
+
+def error_body(code: str, message: str, fields: dict[str, list[str]] | None = None) -> dict[str, Any]:
+    error: dict[str, Any] = {"code": code, "message": message}
+    if fields:
+        error["fields"] = fields
+    return {"error": error}
+
+
+def flatten_fields(detail: Any, prefix: str = "") -> dict[str, list[str]]:
+    """Turn DRF's nested error detail into ``{"3.priority": [...]}``."""
+    flat: dict[str, list[str]] = {}
+    if isinstance(detail, dict):
+        for key, value in detail.items():
+            name = f"{prefix}.{key}" if prefix else str(key)
+            if key == "non_field_errors" and prefix:
+                name = prefix
+            flat.update(flatten_fields(value, name))
+    elif isinstance(detail, list) and any(isinstance(item, (dict, list)) for item in detail):
+        for index, value in enumerate(detail):
+            if value:
+                flat.update(flatten_fields(value, f"{prefix}.{index}" if prefix else str(index)))
+    elif isinstance(detail, list):
+        flat[prefix or "non_field_errors"] = [str(item) for item in detail]
+    else:
+        flat[prefix or "non_field_errors"] = [str(detail)]
+    return flat
+
+
+def _validation_message(fields: dict[str, list[str]]) -> str:
+    if not fields:
+        return "invalid request"
+    name, messages = next(iter(fields.items()))
+    if name == "non_field_errors":
+        return messages[0]
+    return f"{name}: {messages[0]}"
+
+
+def exception_handler(exc: Exception, context: dict[str, Any]) -> Response:
+    if isinstance(exc, DomainError):
+        return Response(error_body(exc.code, exc.message), status=exc.status_code)
+    if isinstance(exc, Http404):
+        exc = drf.NotFound()
+    elif isinstance(exc, PermissionDenied):
+        exc = drf.PermissionDenied()
+    for exc_type, (status, code) in _DRF_CODES.items():
+        if isinstance(exc, exc_type):
+            assert isinstance(exc, drf.APIException)
+            if isinstance(exc, drf.ValidationError):
+                fields = flatten_fields(exc.detail)
+                return Response(error_body(code, _validation_message(fields), fields), status=status)
+            response = Response(error_body(code, str(exc.detail)), status=status)
+            # A 401 must say how to authenticate (RFC 9110); DRF's own handler sets this too.
+            if getattr(exc, "auth_header", None):
+                response["WWW-Authenticate"] = exc.auth_header
+            return response
+    if isinstance(exc, drf.APIException):
+        return Response(
+            error_body(getattr(exc, "default_code", "error"), str(exc.detail)),
+            status=exc.status_code,
+        )
+    if isinstance(exc, (db.OperationalError, db.InterfaceError)):
+        # Postgres restarting, a connection cut, a statement or lock timeout:
+        # the request can be repeated, so say so (clients retry 503, not 500).
+        logger.warning("database unavailable: %s", exc, extra={"event": "db.unavailable"})
+        return Response(
+            error_body("unavailable", "the database is unavailable; retry shortly"),
+            status=503,
+            headers={"Retry-After": "1"},
+        )
+    logger.exception("unhandled error", exc_info=exc)
+    return Response(error_body("internal_error", "internal server error"), status=500)
+
+
+# Plain Django handlers for errors raised outside DRF views.
+def handler404(request: HttpRequest, exception: Exception | None = None) -> JsonResponse:
+    return JsonResponse(error_body("not_found", "not found"), status=404)
+
+
+def handler500(request: HttpRequest) -> JsonResponse:
+    return JsonResponse(error_body("internal_error", "internal server error"), status=500)
+
+
+def handler400(request: HttpRequest, exception: Exception | None = None) -> JsonResponse:
+    return JsonResponse(error_body("validation_error", "bad request"), status=400)
+
+
+def handler403(request: HttpRequest, exception: Exception | None = None) -> JsonResponse:
+    return JsonResponse(error_body("forbidden", "forbidden"), status=403)

@@ -1,0 +1,113 @@
+"""Request id and body guards, in front of every view.
+
+The body guard runs before any parsing: an oversized body is refused with a
+413 whether or not it declares a ``Content-Length``, and a body TaskForge
+cannot read (compressed, non-UTF-8, not JSON) with a 415.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import logging
+import re
+import time
+import uuid
+from collections.abc import Callable
+
+from django.conf import settings
+from django.http import HttpRequest, HttpResponse, JsonResponse
+
+from taskforge.http.errors import error_body
+from taskforge.infra import rowcache
+
+request_id_var: contextvars.ContextVar[str | None] = contextvars.ContextVar("request_id", default=None)
+_REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+access_log = logging.getLogger("taskforge.request")
+
+# Browser-facing pages post forms; the JSON rules apply to the API only.
+_FORM_PREFIXES = ("/admin/", "/dashboard/")
+
+
+class RequestIdFilter(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not hasattr(record, "request_id"):
+            record.request_id = request_id_var.get()
+        return True
+
+
+class RequestIdMiddleware:
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        offered = request.headers.get("X-Request-ID", "")
+        request_id = offered if _REQUEST_ID.match(offered) else uuid.uuid4().hex
+        token = request_id_var.set(request_id)
+        started = time.perf_counter()
+        try:
+            with rowcache.request_scope():
+                response = self.get_response(request)
+            response["X-Request-ID"] = request_id
+            if getattr(response, "not_for_the_client", False):
+                return response  # an internal first attempt (workers.longpoll): the real answer is logged
+            duration_ms = round((time.perf_counter() - started) * 1000, 1)
+            # A 5xx is something to look at; everything else is routine.
+            access_log.log(
+                logging.WARNING if response.status_code >= 500 else logging.INFO,
+                "%s %s %s (%.1f ms)",
+                request.method,
+                request.path,
+                response.status_code,
+                duration_ms,
+                extra={
+                    "event": "http.request",
+                    "method": request.method,
+                    "path": request.path,
+                    "status": response.status_code,
+                    "duration_ms": duration_ms,
+                },
+            )
+            return response
+        finally:
+            request_id_var.reset(token)
+
+
+def _refuse(status: int, code: str, message: str) -> JsonResponse:
+    return JsonResponse(error_body(code, message), status=status)
+
+
+class BodyLimitMiddleware:
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        if request.method in ("POST", "PUT", "PATCH", "DELETE") and not request.path.startswith(_FORM_PREFIXES):
+            refusal = self._guard(request)
+            if refusal is not None:
+                return refusal
+        return self.get_response(request)
+
+    def _guard(self, request: HttpRequest) -> JsonResponse | None:
+        limit = settings.TASKFORGE_MAX_PAYLOAD_BYTES
+        encoding = request.headers.get("Content-Encoding", "").strip().lower()
+        if encoding and encoding != "identity":
+            return _refuse(415, "unsupported_media_type", f"Content-Encoding {encoding!r} is not accepted")
+        declared = request.META.get("CONTENT_LENGTH") or ""
+        try:
+            declared_length = int(declared) if declared else None
+        except ValueError:
+            return _refuse(400, "validation_error", "invalid Content-Length")
+        if declared_length is not None and declared_length > limit:
+            return _refuse(413, "payload_too_large", f"request body exceeds {limit} bytes")
+        # Read at most limit + 1 bytes: enough to know it is too big, never more.
+        body = request.read(limit + 1)
+        if len(body) > limit:
+            return _refuse(413, "payload_too_large", f"request body exceeds {limit} bytes")
+        request._body = body  # type: ignore[attr-defined]  # later readers see the bytes we read
+        request.META["CONTENT_LENGTH"] = str(len(body))
+        if body:
+            content_type = request.META.get("CONTENT_TYPE", "")
+            media_type = content_type.split(";")[0].strip().lower()
+            if media_type != "application/json":
+                return _refuse(415, "unsupported_media_type", "request bodies must be application/json")
+        return None

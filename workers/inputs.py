@@ -1,0 +1,68 @@
+"""Input shapes of the worker protocol."""
+
+from __future__ import annotations
+
+from rest_framework import serializers
+
+from taskforge.http.fields import (
+    JSONObjectField,
+    StrictBooleanField,
+    StrictCharField,
+    StrictIntegerField,
+    StrictSerializer,
+)
+
+MAX_RETRY_AFTER_SECONDS = 2_592_000
+
+
+class WorkerIdentity(StrictSerializer):
+    worker_id = StrictCharField(min_length=1, max_length=200, trim_whitespace=False)
+
+
+class ClaimSerializer(WorkerIdentity):
+    queue = StrictCharField(required=False, allow_null=True, default=None, max_length=200)
+    max_tasks = StrictIntegerField(min_value=1, max_value=100, required=False, default=1)
+    wait_seconds = StrictIntegerField(min_value=0, max_value=30, required=False, default=0)
+
+
+class LeaseItemSerializer(StrictSerializer):
+    task_id = serializers.UUIDField(format="hex_verbose")
+    lease_token = StrictCharField(required=False, allow_null=True, default=None, max_length=64)
+
+    def to_internal_value(self, data):  # type: ignore[no-untyped-def]
+        # A UUID must arrive as a string; DRF would also take an integer.
+        if isinstance(data, dict) and not isinstance(data.get("task_id", ""), str):
+            raise serializers.ValidationError({"task_id": ["Must be a UUID string."]})
+        return super().to_internal_value(data)
+
+
+class HeartbeatSerializer(WorkerIdentity, LeaseItemSerializer):
+    pass
+
+
+class AckItemSerializer(LeaseItemSerializer):
+    result = JSONObjectField(required=False, allow_null=True, default=None)
+
+
+class AckSerializer(WorkerIdentity, AckItemSerializer):
+    pass
+
+
+class NackItemSerializer(LeaseItemSerializer):
+    error = StrictCharField(min_length=1, max_length=65536, trim_whitespace=False)
+    retry = StrictBooleanField(required=False, default=True)
+    retry_after_seconds = StrictIntegerField(
+        min_value=0, max_value=MAX_RETRY_AFTER_SECONDS, required=False, allow_null=True, default=None
+    )
+
+
+class NackSerializer(WorkerIdentity, NackItemSerializer):
+    pass
+
+
+class AckBatchSerializer(WorkerIdentity):
+    items = AckItemSerializer(many=True, allow_empty=False, max_length=100)
+
+
+class NackBatchSerializer(WorkerIdentity):
+    items = NackItemSerializer(many=True, allow_empty=False, max_length=100)

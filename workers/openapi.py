@@ -1,0 +1,147 @@
+"""OpenAPI description of the worker protocol (schema only; see ``queues.api.openapi``)."""
+
+from __future__ import annotations
+
+from drf_spectacular.utils import extend_schema, extend_schema_view
+from rest_framework import serializers
+
+from queues.api.openapi import BODY_ERRORS, ERROR_CODES, ClaimedTask, Task, errors, role
+from queues.models import Status
+from workers.inputs import (
+    AckBatchSerializer,
+    AckSerializer,
+    ClaimSerializer,
+    HeartbeatSerializer,
+    NackBatchSerializer,
+    NackSerializer,
+)
+
+
+class ClaimResult(serializers.Serializer):
+    tasks = ClaimedTask(many=True, help_text="Possibly empty.")
+
+
+class HeartbeatResult(serializers.Serializer):
+    task_id = serializers.UUIDField()
+    status = serializers.CharField(help_text="`executing`.")
+    lease_expires_at = serializers.DateTimeField()
+
+
+class ItemError(serializers.Serializer):
+    code = serializers.ChoiceField(choices=ERROR_CODES, help_text="`not_found` or `lease_lost`.")
+    message = serializers.CharField()
+
+
+class BatchItemResult(serializers.Serializer):
+    task_id = serializers.UUIDField()
+    status = serializers.ChoiceField(
+        choices=Status.choices, required=False, help_text="The task's status after the move (when it succeeded)."
+    )
+    error = ItemError(required=False, help_text="Why this item failed (the other items are unaffected).")
+
+
+class BatchResult(serializers.Serializer):
+    results = BatchItemResult(many=True, help_text="One per item, in order.")
+
+
+class Worker(serializers.Serializer):
+    worker_id = serializers.CharField()
+    last_seen_at = serializers.DateTimeField()
+    last_heartbeat_at = serializers.DateTimeField(allow_null=True)
+    current_tasks = serializers.ListField(child=serializers.UUIDField(), help_text="Ids of the tasks it holds.")
+    stale = serializers.BooleanField(
+        help_text="Holds tasks, and neither its last heartbeat nor its last claim is within the heartbeat timeout."
+    )
+
+
+class WorkerList(serializers.Serializer):
+    results = Worker(many=True)
+
+
+_LEASE_LOST = (
+    "`lease_lost`: the caller does not hold the task's current lease (expired, reclaimed, claimed by another)."
+)
+
+claim_schema = extend_schema_view(
+    post=extend_schema(
+        tags=["workers"],
+        operation_id="claim_tasks",
+        summary="Claim up to max_tasks due tasks, long-polling up to wait_seconds",
+        description=role(
+            "worker",
+            "Without `queue`, any unpaused queue: lowest priority number first, then oldest `scheduled_at`. "
+            "Each claimed task is `claimed`, its attempts go up by one, and it carries its lease.",
+        ),
+        request=ClaimSerializer,
+        responses={200: ClaimResult, **errors(*BODY_ERRORS, 404)},
+    ),
+)
+
+heartbeat_schema = extend_schema_view(
+    post=extend_schema(
+        tags=["workers"],
+        operation_id="heartbeat",
+        summary="Extend a lease; the first heartbeat moves the task to executing",
+        description=role("worker", "The lease then lasts TASKFORGE_HEARTBEAT_TIMEOUT seconds from now."),
+        request=HeartbeatSerializer,
+        responses={200: HeartbeatResult, **errors(*BODY_ERRORS, 404, 409, conflict=_LEASE_LOST)},
+    ),
+)
+
+ack_schema = extend_schema_view(
+    post=extend_schema(
+        tags=["workers"],
+        operation_id="ack_task",
+        summary="Report success: the task becomes done",
+        description=role("worker", "Repeating a successful ack with the same lease answers 200 again."),
+        request=AckSerializer,
+        responses={200: Task, **errors(*BODY_ERRORS, 404, 409, conflict=_LEASE_LOST)},
+    ),
+)
+
+nack_schema = extend_schema_view(
+    post=extend_schema(
+        tags=["workers"],
+        operation_id="nack_task",
+        summary="Report failure: retry with backoff, or dead",
+        description=role(
+            "worker",
+            "`retry` with the backoff (or `retry_after_seconds`), or `dead` once 1 + max_retries attempts "
+            "were used or when `retry` is false.",
+        ),
+        request=NackSerializer,
+        responses={200: Task, **errors(*BODY_ERRORS, 404, 409, conflict=_LEASE_LOST)},
+    ),
+)
+
+ack_batch_schema = extend_schema_view(
+    post=extend_schema(
+        tags=["workers"],
+        operation_id="ack_tasks",
+        summary="Ack 1-100 tasks; each item is judged alone",
+        description=role("worker", "Items that fail carry an error (`not_found`, `lease_lost`) in their result."),
+        request=AckBatchSerializer,
+        responses={200: BatchResult, **errors(*BODY_ERRORS)},
+    ),
+)
+
+nack_batch_schema = extend_schema_view(
+    post=extend_schema(
+        tags=["workers"],
+        operation_id="nack_tasks",
+        summary="Nack 1-100 tasks; each item is judged alone",
+        description=role("worker", "Items that fail carry an error (`not_found`, `lease_lost`) in their result."),
+        request=NackBatchSerializer,
+        responses={200: BatchResult, **errors(*BODY_ERRORS)},
+    ),
+)
+
+worker_list_schema = extend_schema_view(
+    get=extend_schema(
+        tags=["workers"],
+        operation_id="list_workers",
+        summary="Workers seen in the last 10 minutes",
+        description=role("admin", "Seen: any claim, heartbeat, ack or nack."),
+        responses={200: WorkerList, **errors()},
+    ),
+)
