@@ -13,7 +13,8 @@ from django.urls import reverse
 from django.utils.html import format_html
 
 from dashboard import confirm
-from queues import dispatch, lifecycle
+from queues import lifecycle
+from queues.dispatch import announce
 from queues.models import Queue
 
 
@@ -148,4 +149,4 @@ class QueueAdmin(admin.ModelAdmin):
 
 def _wake_claimers(queue: Queue) -> None:
     """A resumed queue's ready tasks are claimable again: ring the long-poll doorbell."""
-    transaction.on_commit(lambda: dispatch.announce(queue, []))
+    transaction.on_commit(lambda: announce.announce(queue, []))

@@ -11,7 +11,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from queues import dispatch, lifecycle
+from queues import lifecycle
 from queues.api import openapi, outputs
 from queues.api.inputs import (
     BulkReplaySerializer,
@@ -22,6 +22,7 @@ from queues.api.inputs import (
     plain_enqueue,
 )
 from queues.api.lookups import queue_or_404, task_id_or_404
+from queues.dispatch import announce
 from queues.errors import QueueNameTaken
 from queues.models import DeadLetterTask, Queue, Status, TaskEvent
 from queues.telemetry.stats import queue_stats
@@ -84,7 +85,7 @@ class QueueDetailView(APIView):
         _check_delay_bounds(queue.retry_base_ms, queue.retry_max_delay_ms)
         queue.save()
         if was_paused and not queue.paused:
-            transaction.on_commit(lambda: dispatch.announce(queue, []))
+            transaction.on_commit(lambda: announce.announce(queue, []))
         return Response(outputs.queue(queue))
 
     def delete(self, request: Request, name: str) -> Response:

@@ -21,19 +21,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 import uuid
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import timedelta
 from typing import Any
 
 import redis
 from asgiref.sync import sync_to_async
 from django.db import connection
 
-from queues.dispatch import doorbell, lanes, ratelimit
+from queues.dispatch import doorbell, lanes, outage, ratelimit
 from queues.models import Queue
 
 logger = logging.getLogger("taskforge.dispatch")
@@ -42,81 +40,9 @@ Row = dict[str, Any]
 
 #: Rounds of "take ids from the lanes, confirm them" before falling back to Postgres.
 LANE_ROUNDS = 3
-#: After a Redis error, go straight to Postgres for this long instead of timing out on every call.
-REDIS_BACKOFF_SECONDS = 1.0
 #: Ids the dispatcher re-reads per queue each tick even when the lane is full, so a task that
 #: missed its lane (Redis blip, trimmed) still overtakes lower priorities within a tick.
 HEAD_REFRESH = 20
-
-_redis_down_until = 0.0
-
-
-def _redis_usable() -> bool:
-    return time.monotonic() >= _redis_down_until
-
-
-def _redis_failed(exc: Exception, doing: str) -> None:
-    global _redis_down_until
-    _redis_down_until = time.monotonic() + REDIS_BACKOFF_SECONDS
-    logger.warning("redis unavailable while %s: %s", doing, exc, extra={"event": "dispatch.redis_down"})
-
-
-# --- announcing ready tasks (called by the lifecycle after commit) ----------------------
-
-
-def announce(queue: Queue, rows: Sequence[Row]) -> None:
-    """Tasks became pending in ``queue``: put them in its lane (or scheduled set), ring.
-
-    No rows means "something changed" (a queue resumed): every waiter on the
-    queue is woken and the lane is left to the dispatcher.
-    """
-    if not rows:
-        doorbell.ring(queue.name)
-        return
-    ready: dict[str, int] = {}
-    later: dict[str, int] = {}
-    horizon = timedelta(seconds=lanes.scheduled_horizon_seconds())
-    for row in rows:
-        if row["status"] != "pending":
-            continue
-        score = lanes.lane_score(row["priority"], row["scheduled_at"])
-        # updated_at is the moving statement's now(): due means due by Postgres' clock.
-        if row["scheduled_at"] <= row["updated_at"]:
-            ready[str(row["id"])] = score
-        elif row["scheduled_at"] <= row["updated_at"] + horizon:
-            # Due before the scheduler's next load: straight into its working set.
-            later[lanes.scheduled_member(row["id"], score)] = lanes.due_ms(row["scheduled_at"])
-    if not _redis_usable():
-        return
-    try:
-        pipe = lanes.redis_client().pipeline(transaction=False)
-        if ready:
-            lanes.add_ready(pipe, queue.name, ready)
-            if not queue.paused:
-                doorbell.ring(queue.name, len(ready), pipe=pipe)  # after the ids are in the lane
-        if later:
-            lanes.add_scheduled(pipe, queue.name, later)
-        pipe.execute()
-    except redis.RedisError as exc:
-        # The dispatcher and scheduler re-read Postgres every tick: this costs latency only.
-        _redis_failed(exc, "announcing tasks")
-
-
-def announce_ids(queue_id: uuid.UUID, rows: Sequence[Row]) -> None:
-    from queues.telemetry.observe import queue_name
-
-    queue = Queue(id=queue_id, name=queue_name(queue_id))
-    announce(queue, rows)
-
-
-def forget(queue: Queue) -> None:
-    """The queue is gone: drop its Redis keys."""
-    try:
-        lanes.forget(queue.name)
-        ratelimit.forget(queue.name)
-    except redis.RedisError:
-        logger.warning("redis unavailable while forgetting queue", extra={"queue": queue.name})
-
 
 # --- claiming ------------------------------------------------------------------------------
 
@@ -156,7 +82,7 @@ class _Batch:
             return count
         held = self.tokens[queue.id] - self.used[queue.id]
         if held < count:
-            grant = ratelimit.take(queue, count - held) if _redis_usable() else ratelimit.Grant(0, None)
+            grant = ratelimit.take(queue, count - held) if outage.redis_usable() else ratelimit.Grant(0, None)
             self.tokens[queue.id] += grant.tokens
             if grant.tokens == 0 and grant.retry_after is not None:
                 self.waits.append(grant.retry_after)
@@ -231,11 +157,11 @@ def claim(worker_id: str, queue: Queue | None, max_tasks: int) -> Claimed:
     if not batch.queues:
         return Claimed([])
     try:
-        if _redis_usable():
+        if outage.redis_usable():
             try:
                 batch.from_lanes()
             except redis.RedisError as exc:
-                _redis_failed(exc, "reading the lanes")
+                outage.redis_failed(exc, "reading the lanes")
         if batch.need > 0:
             batch.from_postgres()
     finally:

@@ -34,8 +34,8 @@ from psycopg.errors import ForeignKeyViolation
 from psycopg.pq import Format
 from psycopg.types.json import Jsonb
 
-from queues import dispatch
 from queues.backoff import backoff_ms
+from queues.dispatch import announce
 from queues.errors import (
     IdempotencyConflict,
     InvalidTransition,
@@ -214,7 +214,7 @@ def _enqueue(queue: Queue, items: Sequence[NewTask]) -> list[tuple[Row, bool]]:
                 raise IdempotencyConflict(key or "")
             results.append((found, False))
         if inserted:
-            transaction.on_commit(lambda: dispatch.announce(queue, inserted))
+            transaction.on_commit(lambda: announce.announce(queue, inserted))
         _after_commit(inserted)
     failpoint("enqueue.after_commit")
     return results
@@ -745,7 +745,7 @@ def replay(queue: Queue, task_id: uuid.UUID, *, actor: str | None = None) -> Row
             if not _dead_letter_exists(queue, task_id):
                 raise TaskNotFound(task_id)
             raise InvalidTransition(f"task {task_id} is not dead; only dead tasks can be replayed")
-        transaction.on_commit(lambda: dispatch.announce(queue, moved))
+        transaction.on_commit(lambda: announce.announce(queue, moved))
         _after_commit(moved)
     return moved[0]
 
@@ -769,7 +769,7 @@ def replay_many(
                 },
             )
             if moved:
-                transaction.on_commit(lambda moved=moved: dispatch.announce(queue, moved))
+                transaction.on_commit(lambda moved=moved: announce.announce(queue, moved))
             _after_commit(moved)
         total += len(moved)
         if len(moved) < batch:  # replayed rows are no longer dead: each round takes new ones
@@ -832,7 +832,7 @@ def delete_queue(queue: Queue) -> None:
             cursor.execute("DELETE FROM tf_dead_letter WHERE queue_id = %s", [queue.id])
             cursor.execute("DELETE FROM tf_task WHERE queue_id = %s", [queue.id])
         locked.delete()
-    transaction.on_commit(lambda: dispatch.forget(queue))
+    transaction.on_commit(lambda: announce.forget(queue))
 
 
 _PRUNE = """
@@ -885,7 +885,7 @@ def _announce_by_queue(rows: list[Row]) -> None:
     for row in rows:
         by_queue.setdefault(row["queue_id"], []).append(row)
     for queue_id, queue_rows in by_queue.items():
-        dispatch.announce_ids(queue_id, queue_rows)
+        announce.announce_ids(queue_id, queue_rows)
 
 
 DomainErrorT = Exception

@@ -13,7 +13,7 @@ from django.utils import timezone
 
 import taskforge.infra.redis
 from queues import dispatch
-from queues.dispatch import lanes
+from queues.dispatch import lanes, outage
 from queues.management.commands.run_dispatcher import Command as DispatcherCommand
 from queues.models import Queue, Task
 from taskforge.infra.redis import redis_client
@@ -41,14 +41,14 @@ def redis_down(settings, monkeypatch):
     """Point this process at a port where no Redis listens."""
     monkeypatch.setattr(settings, "REDIS_URL", f"redis://127.0.0.1:{free_port()}/0")
     monkeypatch.setattr(taskforge.infra.redis, "_client", None)
-    monkeypatch.setattr(dispatch, "_redis_down_until", 0.0)
+    monkeypatch.setattr(outage, "_redis_down_until", 0.0)
     yield
     taskforge.infra.redis._client = None
 
 
 @pytest.fixture(autouse=True)
 def redis_breaker_closed(monkeypatch):
-    monkeypatch.setattr(dispatch, "_redis_down_until", 0.0)
+    monkeypatch.setattr(outage, "_redis_down_until", 0.0)
 
 
 @pytest.fixture(autouse=True)

@@ -11,9 +11,8 @@ import pytest
 from django.db import transaction
 
 import taskforge.infra.redis
-from queues import dispatch
 from queues.apikeys import create_key
-from queues.dispatch import ratelimit
+from queues.dispatch import outage, ratelimit
 from queues.models import Task
 from taskforge.infra.redis import redis_client
 from tests.factories import QueueFactory
@@ -27,7 +26,7 @@ pytestmark = pytest.mark.django_db
 def after_commit_runs_at_once(monkeypatch):
     """The test's transaction never commits: run after-commit work (the Redis writes) at once."""
     monkeypatch.setattr(transaction, "on_commit", lambda func, using=None, robust=False: func())
-    monkeypatch.setattr(dispatch, "_redis_down_until", 0.0)
+    monkeypatch.setattr(outage, "_redis_down_until", 0.0)
 
 
 # --- the bucket -----------------------------------------------------------------------------

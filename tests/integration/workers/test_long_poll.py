@@ -17,9 +17,8 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 import taskforge.infra.redis
-from queues import dispatch
 from queues.apikeys import create_key
-from queues.dispatch import doorbell
+from queues.dispatch import doorbell, outage
 from queues.loops import scheduler
 from queues.models import Task
 from tests.factories import QueueFactory, TaskFactory
@@ -116,7 +115,7 @@ def test_a_delayed_task_becoming_due_ends_the_wait(worker_key, producer, queue):
 def test_long_poll_with_redis_down_still_finds_tasks_from_postgres(worker_key, producer, queue, settings, monkeypatch):
     monkeypatch.setattr(settings, "REDIS_URL", f"redis://127.0.0.1:{free_port()}/0")
     monkeypatch.setattr(taskforge.infra.redis, "_client", None)
-    monkeypatch.setattr(dispatch, "_redis_down_until", 0.0)
+    monkeypatch.setattr(outage, "_redis_down_until", 0.0)
     poll = waiting(Poll(worker_key, queue="email_jobs", wait_seconds=10), settle=1.5)
     task = enqueue(producer)  # no doorbell: the waiter re-checks Postgres on a short timer
     assert [t["id"] for t in poll.tasks()] == [task["id"]]

@@ -1,0 +1,79 @@
+"""Announcing ready tasks: the lifecycle calls this after its commit, never before.
+
+New or re-queued pending tasks go into their queue's lane (or the scheduler's
+working set when due soon) and the queue's doorbell rings for long-polling
+claimers. A crash or Redis error here costs latency only: the dispatcher and
+scheduler loops re-read Postgres every tick.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Sequence
+from datetime import timedelta
+from typing import Any
+
+import redis
+
+from queues.dispatch import doorbell, lanes, ratelimit
+from queues.dispatch.outage import redis_failed, redis_usable
+from queues.models import Queue
+
+logger = logging.getLogger("taskforge.dispatch")
+
+Row = dict[str, Any]
+
+
+def announce(queue: Queue, rows: Sequence[Row]) -> None:
+    """Tasks became pending in ``queue``: put them in its lane (or scheduled set), ring.
+
+    No rows means "something changed" (a queue resumed): every waiter on the
+    queue is woken and the lane is left to the dispatcher.
+    """
+    if not rows:
+        doorbell.ring(queue.name)
+        return
+    ready: dict[str, int] = {}
+    later: dict[str, int] = {}
+    horizon = timedelta(seconds=lanes.scheduled_horizon_seconds())
+    for row in rows:
+        if row["status"] != "pending":
+            continue
+        score = lanes.lane_score(row["priority"], row["scheduled_at"])
+        # updated_at is the moving statement's now(): due means due by Postgres' clock.
+        if row["scheduled_at"] <= row["updated_at"]:
+            ready[str(row["id"])] = score
+        elif row["scheduled_at"] <= row["updated_at"] + horizon:
+            # Due before the scheduler's next load: straight into its working set.
+            later[lanes.scheduled_member(row["id"], score)] = lanes.due_ms(row["scheduled_at"])
+    if not redis_usable():
+        return
+    try:
+        pipe = lanes.redis_client().pipeline(transaction=False)
+        if ready:
+            lanes.add_ready(pipe, queue.name, ready)
+            if not queue.paused:
+                doorbell.ring(queue.name, len(ready), pipe=pipe)  # after the ids are in the lane
+        if later:
+            lanes.add_scheduled(pipe, queue.name, later)
+        pipe.execute()
+    except redis.RedisError as exc:
+        # The dispatcher and scheduler re-read Postgres every tick: this costs latency only.
+        redis_failed(exc, "announcing tasks")
+
+
+def announce_ids(queue_id: uuid.UUID, rows: Sequence[Row]) -> None:
+    from queues.telemetry.observe import queue_name
+
+    queue = Queue(id=queue_id, name=queue_name(queue_id))
+    announce(queue, rows)
+
+
+def forget(queue: Queue) -> None:
+    """The queue is gone: drop its Redis keys."""
+    try:
+        lanes.forget(queue.name)
+        ratelimit.forget(queue.name)
+    except redis.RedisError:
+        logger.warning("redis unavailable while forgetting queue", extra={"queue": queue.name})
