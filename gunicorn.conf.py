@@ -1,5 +1,8 @@
 """How every TaskForge API process is served (make run, Docker, Kubernetes).
 
+Outside a container the command line comes from taskforge/dev/launcher.py
+(``api_server``), which sets HOST, PORT and WEB_CONCURRENCY for this file.
+
 One ASGI app serves the API, the admin, /metrics and the SSE stream; sync
 views run in threads, and long polls and streams do not pin a worker.
 """

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from bench import config, drain, enqueue, ratelimit, report, timing
+from bench import config, drain, enqueue, peers, ratelimit, report, single_calls, single_producer, timing, trickle
 from bench.context import Context, reference_worker_available
 from bench.procs import ROOT, Interrupted, Supervisor, raise_on_termination
 from bench.profile import Profiler
@@ -33,13 +33,19 @@ Workload = Callable[[Context, int], Any]
 
 
 def _plan() -> list[tuple[str, Workload]]:
+    # W6 comes late: its million finished tasks stay in tf_task until W7 resets the tables.
     return [
+        ("W0", single_producer.w0),
         ("W1", enqueue.w1),
         ("W2", enqueue.w2),
         ("W3", drain.w3),
+        ("W3N", drain.w3n),
+        ("W3D", drain.w3d),
         ("W3B", drain.w3b),
         ("W4", timing.w4),
         ("W5", timing.w5),
+        ("W8", trickle.w8),
+        ("CALLS", single_calls.calls),
         ("W6", drain.w6),
         ("W7", ratelimit.w7),
     ]
@@ -109,6 +115,9 @@ def main() -> int:
                 "DJANGO_LOG_LEVEL": os.environ.get("DJANGO_LOG_LEVEL", "INFO (default)"),
             },
             "celery": "celery worker -P prefork -c 2, Redis broker, task_ignore_result, other settings default",
+            "huey": "RedisHuey (results off), huey_consumer -k process -w 2 -q, other settings default",
+            "pgqueuer": "pgq install --durability durable in the bench database, 2 x pgq run (psycopg driver)",
+            "peer_versions": report.peer_versions(),
             "versions": report.taskforge_versions(python),
         },
         "failures": {},
@@ -121,10 +130,11 @@ def main() -> int:
         stack.reset_database()
         stack.start()
         document["settings"]["services"] = report.services(ctx)
-        for module in (enqueue, drain, timing, ratelimit):
+        modules = (single_producer, enqueue, drain, timing, ratelimit, trickle, single_calls)
+        for module in modules:
             module.define(ctx)
         ctx.extra["queue_ids"] = {}
-        for module in (enqueue, drain, timing, ratelimit):
+        for module in modules:
             module.setup(ctx)
         for name, workload in _plan():
             if not cfg.wants(name):
@@ -141,6 +151,8 @@ def main() -> int:
                     stack.check_alive()
                 if cfg.profile and name in _profiled(cfg):
                     document.setdefault("profiles", {})[name] = _profile(ctx, name)
+                if cfg.profile and name == "CALLS":
+                    document.setdefault("profiles", {}).update(single_calls.profile_each(ctx))
                 document.setdefault("workload_seconds", {})[name] = round(time.monotonic() - started, 1)
             except (KeyboardInterrupt, Interrupted):
                 raise
@@ -161,10 +173,11 @@ def main() -> int:
         traceback.print_exc()
     finally:
         supervisor.stop_all()
+        peers.close_all(ctx)
         document["finished_at"] = datetime.now(UTC).isoformat()
         document["duration_seconds"] = round(time.monotonic() - began, 1)
         document["load_average_at_end"] = os.getloadavg()
-        document["figures"] = [f.as_dict() for f in ctx.figures if f.values]
+        document["figures"] = [f.as_dict() for f in ctx.figures if f.reported]
         document["notes"] = ctx.notes
         document["w6_setup_seconds"] = ctx.extra.get("w6_setup_seconds")
         document["log_dir"] = str(log_dir.relative_to(ROOT))
@@ -173,7 +186,7 @@ def main() -> int:
         if os.environ.get("BENCH_KEEP_DB", "") in ("", "0"):
             _drop_database(stack)
         print()
-        print(report.table([f for f in ctx.figures if f.values]))
+        print(report.table([f for f in ctx.figures if f.reported]))
         print(f"\nbench: {document['duration_seconds']}s; results in {out.relative_to(ROOT)}")
         if failures:
             print(f"bench: FAILED: {json.dumps(failures)}", file=sys.stderr)

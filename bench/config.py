@@ -1,7 +1,10 @@
 """Workload sizes: the full run (``make bench``) and ``BENCH_QUICK=1`` for development.
 
 Every knob can be overridden from the environment (``BENCH_<FIELD>``, e.g.
-``BENCH_RUNS=1 BENCH_W3_TASKS=5000``), and ``BENCH_ONLY=W1,W3`` runs a subset.
+``BENCH_RUNS=1 BENCH_W3_TASKS=5000``), and ``BENCH_ONLY=W1,W3`` runs a subset: W0 (one
+sequential producer), W1, W2, W3, W3N (naive worker), W3D (reference worker at its
+defaults), W3B, W4, W5, W8 (one producer while workers drain), CALLS (API CPU per
+single-task call), W6, W7.
 """
 
 from __future__ import annotations
@@ -25,6 +28,11 @@ class Config:
     database: str = "taskforge_bench"
     redis_db: int = 15
     celery_redis_db: int = 14
+    huey_redis_db: int = 13
+    # PgQueuer keeps its jobs in the bench database; only its handler's done-counter is in Redis.
+    pgqueuer_redis_db: int = 12
+    # W0: one sequential producer (TaskForge's Python client, Celery, Huey, PgQueuer)
+    w0_seconds: float = 5.0
     # W1: single enqueue
     w1_clients: int = 16
     w1_seconds: float = 8.0
@@ -37,10 +45,13 @@ class Config:
     worker_processes: int = 2
     worker_concurrency: int = 2
     worker_max_tasks: int = 50
-    naive_tasks: int = 1_000
+    # W3N: the naive worker (max_tasks 1, single acks), worker_processes x naive_threads
+    naive_tasks: int = 3_000
     naive_threads: int = 4
+    # W3D: the reference worker with no flags but its queue and handler
+    defaults_tasks: int = 10_000
     celery_tasks: int = 10_000
-    peers: bool = True  # the naive worker and Celery in W3 (BENCH_PEERS=0 skips them while tuning)
+    peers: bool = True  # Celery, Huey and PgQueuer beside TaskForge (BENCH_PEERS=0 skips them while tuning)
     drain_timeout: float = 120.0
     w6_history: int = 1_000_000
     # W4: latency at a steady low rate
@@ -53,6 +64,11 @@ class Config:
     w7_rate: int = 50
     w7_workers: int = 20
     w7_seconds: float = 20.0
+    # W8: one producer enqueuing one by one while 2 worker processes drain
+    w8_seconds: float = 8.0
+    # CALLS: API CPU per call of each single-task endpoint, over this many calls each
+    calls_per_endpoint: int = 2_000
+    calls_clients: int = 4
     # Profiles of the API workers under W1/W2/W3 (py-spy)
     profile: bool = True
 
@@ -62,16 +78,20 @@ class Config:
 
 QUICK = {
     "runs": 1,
+    "w0_seconds": 2.0,
     "w1_seconds": 3.0,
     "w2_seconds": 2.0,
     "w3_tasks": 2_000,
     "naive_tasks": 300,
+    "defaults_tasks": 1_000,
     "celery_tasks": 2_000,
     "w6_history": 100_000,
     "w4_tasks": 60,
     "w5_tasks": 200,
     "w5_seconds": 5.0,
     "w7_seconds": 6.0,
+    "w8_seconds": 3.0,
+    "calls_per_endpoint": 200,
 }
 
 

@@ -1,5 +1,6 @@
-"""W3 (drain a preloaded queue), the naive worker, Celery's drain, W3b (produce while
-draining) and W6 (W3 again on top of a million finished tasks).
+"""W3 (drain a preloaded queue) with Celery's drain beside it, W3N (the naive worker,
+2 processes x 4 threads), W3D (the reference worker at its defaults), W3b (produce
+while draining) and W6 (W3 again on top of a million finished tasks).
 
 Drain rates are ``tasks / (last ack - first claim)``, both read from
 ``tf_task_event`` in Postgres, and every task must have exactly one ``done``
@@ -12,25 +13,38 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 from psycopg import sql
 
-from bench import celery_peer
+from bench import celery_peer, default_worker
 from bench.context import Context
+from bench.procs import Child
 from bench.stack import tree_cpu_seconds
 
 HISTORY_QUEUE = "bench_w6"
+NAIVE_RATE = "drain tasks/s (naive: max_tasks=1, single acks)"
+DEFAULTS_RATE = "drain tasks/s (reference worker, defaults)"
 
 
-def _drain(ctx: Context, workload: str, queue: str, queue_id: uuid.UUID, count: int, kind: str) -> dict[str, Any]:
+def _drain(
+    ctx: Context,
+    workload: str,
+    queue: str,
+    queue_id: uuid.UUID,
+    count: int,
+    kind: str,
+    start: Callable[[], list[Child]] | None = None,
+) -> dict[str, Any]:
+    """Preload ``count`` tasks, then time ``kind`` workers (or whatever ``start`` spawns) draining them."""
     ids = ctx.preload(queue, count)
     with ctx.stack.connect() as pg:
         pg.execute("ANALYZE tf_task")
     ctx.begin_measure()
     api_cpu = ctx.stack.api_cpu_seconds()
     spawned = time.time()
-    workers = ctx.start_workers(queue, kind=kind, label=workload.lower())
+    workers = start() if start is not None else ctx.start_workers(queue, kind=kind, label=workload.lower())
     ctx.wait_drained(queue_id, workers, ctx.cfg.drain_timeout)
     api_cpu = ctx.stack.api_cpu_seconds() - api_cpu
     worker_cpu = sum(tree_cpu_seconds(child.pid) for child in workers)
@@ -58,17 +72,44 @@ def w3(ctx: Context, run: int) -> None:
     ctx.figures.add("W3", "worker CPU per task (batch)", result["worker_cpu_ms_per_task"])
     ctx.extra.setdefault("w3_rates", []).append(result["rate"])
     if not cfg.peers:
+        for name in ("Celery drain tasks/s (prefork -c 2)", "Celery drain tasks/s incl. worker start",
+                     "Celery worker CPU per task", "TaskForge / Celery drain"):  # fmt: skip
+            ctx.figures.skip("W3", name, "BENCH_PEERS=0")
         return
-
-    ctx.stack.reset_state()
-    naive = _drain(ctx, "W3", "bench_w3", ctx.extra["queue_ids"]["bench_w3"], cfg.naive_tasks, "naive")
-    ctx.figures.add("W3", "drain tasks/s (naive: max_tasks=1, single acks)", naive["rate"])
 
     celery = celery_peer.drain(ctx, cfg.celery_tasks)
     ctx.figures.add("W3", "Celery drain tasks/s (prefork -c 2)", celery["rate"])
     ctx.figures.add("W3", "Celery drain tasks/s incl. worker start", celery["rate_from_spawn"])
     ctx.figures.add("W3", "Celery worker CPU per task", celery["worker_cpu_ms_per_task"])
     ctx.figures.add("W3", "TaskForge / Celery drain", result["rate"] / celery["rate"])
+
+
+def w3n(ctx: Context, run: int) -> None:
+    """The naive worker: each thread claims one task (max_tasks 1) and acks it alone."""
+    cfg = ctx.cfg
+    ctx.stack.reset_state()
+
+    def start() -> list[Child]:
+        return ctx.start_workers("bench_w3", kind="naive", concurrency=cfg.naive_threads, label="w3n")
+
+    result = _drain(ctx, "W3N", "bench_w3", ctx.extra["queue_ids"]["bench_w3"], cfg.naive_tasks, "naive", start)
+    ctx.figures.add("W3N", NAIVE_RATE, result["rate"])
+    ctx.figures.add("W3N", "API CPU per task (naive)", result["api_cpu_ms_per_task"])
+
+
+def w3d(ctx: Context, run: int) -> None:
+    """The reference worker with no flags but its queue and handler (default concurrency, logging)."""
+    cfg = ctx.cfg
+    ctx.stack.reset_state()
+
+    def start() -> list[Child]:
+        return default_worker.start(ctx, "bench_w3", processes=cfg.worker_processes, label="w3d")
+
+    result = _drain(ctx, "W3D", "bench_w3", ctx.extra["queue_ids"]["bench_w3"], cfg.defaults_tasks, "defaults", start)
+    ctx.figures.add("W3D", DEFAULTS_RATE, result["rate"])
+    ctx.figures.add("W3D", "drain tasks/s incl. worker start (defaults)", result["rate_from_spawn"])
+    ctx.figures.add("W3D", "API CPU per task (defaults)", result["api_cpu_ms_per_task"])
+    ctx.figures.add("W3D", "worker CPU per task (defaults)", result["worker_cpu_ms_per_task"])
 
 
 def w3b(ctx: Context, run: int) -> None:
@@ -162,15 +203,21 @@ def w6(ctx: Context, run: int) -> None:
 def define(ctx: Context) -> None:
     f = ctx.figures
     history = f"{ctx.cfg.w6_history:,}"
-    f.define("W3", "drain tasks/s (batch)", "tasks/s", (">=", 4000))
+    processes, threads = ctx.cfg.worker_processes, ctx.cfg.naive_threads
+    f.define("W3", "drain tasks/s (batch)", "tasks/s", (">=", 4500))
     f.define("W3", "drain tasks/s incl. worker start", "tasks/s")
     f.define("W3", "API CPU per task (batch)", "ms")
     f.define("W3", "worker CPU per task (batch)", "ms", note="reference worker processes, incl. start-up")
-    f.define("W3", "drain tasks/s (naive: max_tasks=1, single acks)", "tasks/s")
     f.define("W3", "Celery drain tasks/s (prefork -c 2)", "tasks/s")
     f.define("W3", "Celery drain tasks/s incl. worker start", "tasks/s")
     f.define("W3", "Celery worker CPU per task", "ms", note="celery master + pool processes, incl. start-up")
     f.define("W3", "TaskForge / Celery drain", "x", (">=", 3))
+    f.define("W3N", NAIVE_RATE, "tasks/s", (">=", 1000), note=f"{processes} processes x {threads} threads")
+    f.define("W3N", "API CPU per task (naive)", "ms", note="a claim and an ack per task")
+    f.define("W3D", DEFAULTS_RATE, "tasks/s", (">=", 3000), note=f"{processes} processes, flags: --queue --handler")
+    f.define("W3D", "drain tasks/s incl. worker start (defaults)", "tasks/s")
+    f.define("W3D", "API CPU per task (defaults)", "ms")
+    f.define("W3D", "worker CPU per task (defaults)", "ms", note="incl. start-up and its default INFO log lines")
     f.define("W3b", "end-to-end tasks/s", "tasks/s", (">=", 3000))
     f.define("W3b", "producer tasks/s (while draining)", "tasks/s")
     f.define("W6", "drain tasks/s over finished history", "tasks/s", note=f"{history} finished tasks present")

@@ -21,13 +21,13 @@ def main(queue_name: str) -> dict[str, str]:
     from django.conf import settings
     from django.db import connection, transaction
 
-    from queues import lifecycle
+    from queues.lifecycle import statements
     from queues.models import Queue
     from queues.telemetry import stats
 
     queue = Queue.objects.get(name=queue_name)
     plans: dict[str, str] = {}
-    statements = []
+    to_explain: list[tuple[str, str, dict]] = []
     params = {
         "queue_ids": [queue.id],
         "task_ids": [],
@@ -40,13 +40,10 @@ def main(queue_name: str) -> dict[str, str]:
         cursor.execute("SELECT id FROM tf_task WHERE queue_id = %s AND status = 'pending' LIMIT 50", [queue.id])
         ids = [row[0] for row in cursor.fetchall()]
     params["queue_id"] = queue.id
-    one_queue = lifecycle._CLAIM.replace("{queue_filter}", lifecycle._ONE_QUEUE)
-    scan = one_queue.replace("{source}", "tf_task t")
-    by_id = one_queue.replace("{source}", lifecycle._CLAIM_BY_ID_SOURCE)
-    any_queue = lifecycle._CLAIM.replace("{queue_filter}", lifecycle._SOME_QUEUES).replace("{source}", "tf_task t")
-    statements.append(("claim 50, Postgres fallback (ordered scan)", scan, params))
-    statements.append(("claim 50 by id (ids from the Redis lanes)", by_id, {**params, "task_ids": ids}))
-    statements.append(("claim 50 from any queue, Postgres fallback", any_queue, params))
+    to_explain.append(("claim 50, Postgres fallback (ordered scan)", statements.CLAIM_FROM_ONE_QUEUE, params))
+    by_id = {**params, "task_ids": ids}
+    to_explain.append(("claim 50 by id (ids from the Redis lanes)", statements.CLAIM_BY_IDS_FROM_ONE_QUEUE, by_id))
+    to_explain.append(("claim 50 from any queue, Postgres fallback", statements.CLAIM_FROM_QUEUES, params))
     for name in ("_DEPTHS", "_ACTIVE", "_FINISHED", "_RATES"):
         sql = getattr(stats, name, None)
         if sql:
@@ -55,8 +52,8 @@ def main(queue_name: str) -> dict[str, str]:
                 "window": getattr(stats, "RATE_WINDOW_SECONDS", 60),
                 "statuses": ["pending", "claimed", "executing", "retry", "dead"],
             }
-            statements.append((f"stats {name.strip('_').lower()}", sql, params))
-    for label, sql, params in statements:
+            to_explain.append((f"stats {name.strip('_').lower()}", sql, params))
+    for label, sql, params in to_explain:
         try:
             with transaction.atomic(), connection.cursor() as cursor:
                 cursor.execute("EXPLAIN (ANALYZE, BUFFERS, TIMING ON) " + sql, params)

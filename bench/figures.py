@@ -27,6 +27,12 @@ class Figure:
     higher_is_better: bool = True
     values: list[float] = field(default_factory=list)
     note: str = ""
+    # Why a figure has no value (a peer's package is missing, a peer failed): still reported.
+    not_measured: str = ""
+
+    @property
+    def reported(self) -> bool:
+        return bool(self.values or self.not_measured)
 
     @property
     def median(self) -> float:
@@ -66,6 +72,7 @@ class Figure:
             "target": self.target_text() or None,
             "met": self.met(),
             "note": self.note or None,
+            "not_measured": self.not_measured or None,
         }
 
 
@@ -97,6 +104,11 @@ class Figures:
     def add(self, workload: str, name: str, value: float) -> None:
         if self.recording:
             self.items[(workload, name)].values.append(value)
+
+    def skip(self, workload: str, name: str, reason: str) -> None:
+        """Report the figure as not measured, with the reason (a missing peer, a failed peer)."""
+        if self.recording and not self.items[(workload, name)].not_measured:
+            self.items[(workload, name)].not_measured = reason
 
     def __iter__(self):  # type: ignore[no-untyped-def]
         return iter(self.items.values())

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import math
 import os
@@ -93,21 +94,19 @@ def _fmt(value: float | None, unit: str) -> str:
 
 
 def table(figures: list[Figure]) -> str:
+    """The figures as a Markdown table; figures not measured say so, with their reasons below it."""
     header = ("Workload", "Figure", "Median", "Min", "Max", "Unit", "Target", "Met")
     rows = [header]
+    reasons: dict[str, int] = {}  # one footnote per distinct reason
     for f in figures:
         met = f.met()
+        if f.values:
+            median, low, high = (_fmt(v, f.unit) for v in (f.median, min(f.values), max(f.values)))
+        else:
+            number = reasons.setdefault(f.not_measured, len(reasons) + 1)
+            median, low, high = f"not measured [{number}]", "-", "-"
         rows.append(
-            (
-                f.workload,
-                f.name,
-                _fmt(f.median if f.values else None, f.unit),
-                _fmt(min(f.values) if f.values else None, f.unit),
-                _fmt(max(f.values) if f.values else None, f.unit),
-                f.unit,
-                f.target_text(),
-                {True: "yes", False: "NO", None: ""}[met],
-            )
+            (f.workload, f.name, median, low, high, f.unit, f.target_text(), {True: "yes", False: "NO", None: ""}[met])
         )
     widths = [max(len(str(r[i])) for r in rows) for i in range(len(header))]
     lines = []
@@ -116,7 +115,19 @@ def table(figures: list[Figure]) -> str:
         lines.append("| " + " | ".join(cells) + " |")
         if n == 0:
             lines.append("|" + "|".join("-" * (w + 2) for w in widths) + "|")
+    lines.extend(f"[{number}] {reason}" for reason, number in reasons.items())
     return "\n".join(lines)
+
+
+def peer_versions() -> dict[str, str | None]:
+    """The peers' versions in the harness's own virtualenv (None: not installed, not measured)."""
+    versions: dict[str, str | None] = {}
+    for name in ("celery", "huey", "pgqueuer", "redis", "psycopg"):
+        try:
+            versions[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            versions[name] = None
+    return versions
 
 
 def write(ctx: Context, path: Path, document: dict[str, Any]) -> None:

@@ -4,7 +4,8 @@
    ``taskforge_bench``) on the server of ``DATABASE_URL``; ``migrate`` and
    ``create_api_key`` run with the project's own interpreter.
 2. ``start`` runs gunicorn with ``gunicorn.conf.py`` (the ASGI worker) and the
-   three loops, exactly as ``make run`` and the Docker image do.
+   three loops, with the command lines of ``taskforge.dev.launcher``: exactly
+   as ``make run`` and the Docker image do.
 3. ``reset_state`` empties the task tables and the bench Redis DB between
    workloads, so each one starts from the same clean slate.
 """
@@ -12,12 +13,10 @@
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
-import time
-import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import cast
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import psycopg
@@ -25,8 +24,10 @@ import redis
 from psycopg import sql
 
 from bench.procs import ROOT, Child, Supervisor
+from taskforge.dev import launcher
 
-LOOPS = ("run_scheduler", "run_dispatcher", "run_watchdog")
+# Time for the API's first /readyz: migrations are done, but a loaded machine starts Django slowly.
+READY_TIMEOUT_SECONDS = 60.0
 
 
 def cpu_seconds(pid: int) -> float:
@@ -55,12 +56,6 @@ def descendants(pid: int) -> list[int]:
 def tree_cpu_seconds(pid: int) -> float:
     """CPU time of a process and everything under it (a worker and its pool processes)."""
     return sum(cpu_seconds(p) for p in descendants(pid))
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def database_url_for(url: str, name: str) -> str:
@@ -144,7 +139,12 @@ class Stack:
 
     def manage(self, *args: str) -> str:
         done = subprocess.run(
-            [self.python, "manage.py", *args], cwd=ROOT, env=self.env(), capture_output=True, text=True, check=False
+            launcher.manage_py(*args, python=self.python),
+            cwd=ROOT,
+            env=self.env(),
+            capture_output=True,
+            text=True,
+            check=False,
         )
         if done.returncode != 0:
             raise RuntimeError(f"manage.py {' '.join(args)} failed:\n{done.stdout}\n{done.stderr}")
@@ -153,34 +153,30 @@ class Stack:
     # --- processes -------------------------------------------------------------------
 
     def start(self) -> None:
-        port = free_port()
-        self.api_url = f"http://127.0.0.1:{port}"
-        argv = [self.python, "-m", "gunicorn", "taskforge.asgi:application"]
-        if self.serving == "gthread":
-            # gunicorn.conf.py still applies; the command line only swaps the app and worker class.
-            argv = [self.python, "-m", "gunicorn", "taskforge.wsgi:application", "-k", "gthread",
-                    "--threads", str(self.gthread_threads)]  # fmt: skip
-        elif self.serving != "asgi":
+        if self.serving not in launcher.SERVINGS:
             raise ValueError(f"BENCH_SERVING must be asgi or gthread, not {self.serving!r}")
-        self.api = self.supervisor.spawn("api", argv, self.env(PORT=str(port), HOST="127.0.0.1"))
-        for loop in LOOPS:
-            self.loops.append(self.supervisor.spawn(loop, [self.python, "manage.py", loop], self.env()))
-        self._wait_healthy()
-
-    def _wait_healthy(self, timeout: float = 60.0) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            assert self.api is not None
-            if not self.api.alive():
-                raise RuntimeError(f"gunicorn exited:\n{self.api.tail()}")
-            try:
-                with urllib.request.urlopen(f"{self.api_url}/readyz", timeout=2) as response:
-                    if response.status == 200:
-                        return
-            except OSError:
-                pass
-            time.sleep(0.2)
-        raise RuntimeError(f"the API did not become ready:\n{self.api.tail() if self.api else ''}")
+        port = launcher.free_port()
+        self.api_url = f"http://127.0.0.1:{port}"
+        api = launcher.api_server(
+            python=self.python,
+            host="127.0.0.1",
+            port=port,
+            workers=self.web_concurrency,
+            serving=cast(launcher.Serving, self.serving),  # checked above
+            threads=self.gthread_threads if self.serving == "gthread" else None,
+        )
+        self.api = self.supervisor.spawn("api", api.argv, api.environ(self.env()))
+        for command in launcher.LOOPS:
+            loop = launcher.loop(command, python=self.python)
+            self.loops.append(self.supervisor.spawn(command, loop.argv, loop.environ(self.env())))
+        launcher.wait_ready(
+            self.api_url,
+            path="/readyz",
+            timeout=READY_TIMEOUT_SECONDS,
+            interval=0.2,
+            process=self.api.process,
+            output=self.api.tail,
+        )
 
     def api_worker_pids(self) -> list[int]:
         """The gunicorn worker processes (children of the master)."""

@@ -122,14 +122,14 @@ def _iso(epoch: float) -> str:
 
 def define(ctx: Context) -> None:
     f = ctx.figures
-    f.define("W4", "enqueue-to-start p50", "ms", ("<=", 10))
-    f.define("W4", "enqueue-to-start p99", "ms", ("<=", 50))
+    f.define("W4", "enqueue-to-start p50", "ms", ("<=", 3))
+    f.define("W4", "enqueue-to-start p99", "ms", ("<=", 15))
     f.define("W4", "created-to-claimed p99 (Postgres clock)", "ms")
     f.define("W4", "sent-to-created p50", "ms", note="the enqueue request until its row exists")
     f.define("W4", "created-to-claimed p50", "ms", note="doorbell, wake-up and claim")
     f.define("W4", "claimed-to-start p50", "ms", note="the claim's answer until the handler runs")
     f.define("W5", "lateness p50", "ms")
-    f.define("W5", "lateness p99", "ms", ("<=", 1000))
+    f.define("W5", "lateness p99", "ms", ("<=", 50))
     f.define("W5", "earliest start vs due", "ms", (">=", 0), note="negative: a task started before it was due")
 
 

@@ -8,7 +8,7 @@ and records what it did in the admin's ``LogEntry`` under the acting user, so
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, cast
 
 from django.contrib import admin
 from django.contrib.admin import helpers
@@ -73,4 +73,5 @@ def log_deletions(request: HttpRequest, objects: Iterable[Model], message: str) 
 def _log(request: HttpRequest, objects: Iterable[Model], flag: int, message: str) -> None:
     objects = list(objects)
     if objects:
-        LogEntry.objects.log_actions(request.user.pk, objects, flag, change_message=message)
+        # The admin runs its actions for a logged-in staff user only: the id is never None.
+        LogEntry.objects.log_actions(cast(int, request.user.pk), objects, flag, change_message=message)

@@ -29,8 +29,12 @@ class FormFilter(admin.FieldListFilter):
             self.title = self.title_override
         self.request = request
 
-    def expected_parameters(self) -> list[str]:
+    def parameter_names(self) -> list[str]:
+        """One query parameter per input, in ``inputs`` order."""
         return [f"{self.field_path}__{suffix}" for suffix, _, _ in self.inputs]
+
+    def expected_parameters(self) -> list[str | None]:
+        return [*self.parameter_names()]
 
     def _value(self, name: str) -> str:
         value = self.used_parameters.get(name, "")
@@ -38,17 +42,17 @@ class FormFilter(admin.FieldListFilter):
             value = value[-1] if value else ""
         return str(value)
 
-    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any] | None:
         # Blank inputs (an emptied form field) mean "no condition", not "equals ''".
         self.used_parameters = {name: value for name, value in self.used_parameters.items() if self._value(name)}
         return super().queryset(request, queryset)
 
     def choices(self, changelist: Any) -> Any:
-        mine = set(self.expected_parameters())
+        mine = set(self.parameter_names())
         yield {
             "fields": [
                 {"name": f"{self.field_path}__{suffix}", "label": label, "type": kind, "value": self._value(name)}
-                for (suffix, label, kind), name in zip(self.inputs, self.expected_parameters(), strict=True)
+                for (suffix, label, kind), name in zip(self.inputs, self.parameter_names(), strict=True)
             ],
             # Every other active filter, search and ordering travels along; the page number does not.
             "hidden": [

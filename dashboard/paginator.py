@@ -57,7 +57,7 @@ class EstimatedCountPaginator(Paginator):
     estimated = False
 
     @cached_property
-    def count(self) -> int:  # type: ignore[override]
+    def count(self) -> int:
         queryset = self.object_list
         if not isinstance(queryset, QuerySet):
             return len(queryset)

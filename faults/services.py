@@ -13,7 +13,6 @@
 from __future__ import annotations
 
 import shutil
-import socket
 import subprocess
 import time
 from pathlib import Path
@@ -22,17 +21,13 @@ from urllib.parse import urlsplit, urlunsplit
 import psycopg
 import redis
 
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+from taskforge.dev import launcher
 
 
 class RedisServer:
     def __init__(self, run_dir: Path) -> None:
         self.run_dir = run_dir
-        self.port = free_port()
+        self.port = launcher.free_port()
         self.process: subprocess.Popen[bytes] | None = None
         self.binary = shutil.which("redis-server") or self._bundled()
 

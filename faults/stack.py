@@ -1,14 +1,15 @@
 """TaskForge's processes under test, each started, signalled and replaced by process id.
 
-* API: gunicorn masters started exactly as in production
-  (``gunicorn taskforge.asgi:application``, configured by gunicorn.conf.py),
-  each on its own loopback port with its own worker processes.
+* API: gunicorn masters started exactly as in production (the ASGI app,
+  configured by gunicorn.conf.py), each on its own loopback port with its own
+  worker processes and Prometheus multiprocess directory.
 * Loops: ``manage.py run_scheduler`` / ``run_dispatcher`` / ``run_watchdog``;
   any number of copies.
 * Workers: the reference worker (``python -m workers``) with the recording
   handler ``faults.handler:record``, spread over the API servers.
 
-A process may run with a skewed wall clock (libfaketime) or with failpoints.
+Every command line comes from ``taskforge.dev.launcher``. A process may run
+with a skewed wall clock (libfaketime) or with failpoints.
 Nothing is ever signalled by name: every fault targets a pid this module
 started (or, for gunicorn's worker processes, a child pid of a master it
 started).
@@ -18,26 +19,22 @@ from __future__ import annotations
 
 import itertools
 import os
-import signal
 import subprocess
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import httpx
-
 from faults.handler import EXEC_DIR_ENV
-from faults.services import free_port
+from taskforge.dev import launcher
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = launcher.ROOT
 LIBFAKETIME_CANDIDATES = (
     "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1",
     "/usr/lib/aarch64-linux-gnu/faketime/libfaketime.so.1",
     "/usr/lib/faketime/libfaketime.so.1",
     "/usr/local/lib/faketime/libfaketime.so.1",
 )
-LOOPS = ("run_scheduler", "run_dispatcher", "run_watchdog")
+LOOPS = launcher.LOOPS
 
 # Short leases and ticks so that a run fits in minutes; the protocol is the same.
 LEASE_SECONDS = 5
@@ -69,7 +66,9 @@ class Proc:
     argv: list[str]
     env: dict[str, str]
     url: str = ""  # api: base URL
+    loop: str = ""  # loop: its management command
     worker_id: str = ""
+    api_url: str = ""  # worker: the API it calls
 
     @property
     def pid(self) -> int:
@@ -84,11 +83,7 @@ class Proc:
 
     def children(self) -> list[int]:
         """Child pids (a gunicorn master's worker processes), from /proc."""
-        try:
-            text = Path(f"/proc/{self.pid}/task/{self.pid}/children").read_text()
-        except OSError:
-            return []
-        return [int(pid) for pid in text.split()]
+        return launcher.child_pids(self.pid)
 
 
 @dataclass
@@ -126,7 +121,7 @@ class Stack:
 
     def manage(self, *args: str, timeout: float = 120) -> str:
         done = subprocess.run(
-            [sys.executable, "manage.py", *args],
+            launcher.manage_py(*args),
             cwd=ROOT,
             env=self.base_env(),
             capture_output=True,
@@ -148,53 +143,37 @@ class Stack:
 
     # -- processes
 
-    def _spawn(self, kind: str, name: str, argv: list[str], env: dict[str, str], **extra: str) -> Proc:
+    def _spawn(self, kind: str, name: str, spec: launcher.ProcessSpec, env: dict[str, str], **extra: str) -> Proc:
+        """Start ``spec`` in its own session, so a terminal's Ctrl-C reaches only the harness."""
         log = self.run_dir / "logs" / f"{name}.log"
         log.parent.mkdir(parents=True, exist_ok=True)
-        popen = subprocess.Popen(
-            argv, cwd=ROOT, env=env, stdout=log.open("ab"), stderr=subprocess.STDOUT, start_new_session=True
-        )
-        proc = Proc(name=name, kind=kind, popen=popen, log=log, argv=argv, env=env, **extra)
+        popen = launcher.spawn(spec.argv, env, log=log, append=True, own_group=True)
+        proc = Proc(name=name, kind=kind, popen=popen, log=log, argv=list(spec.argv), env=env, **extra)
         self.procs.append(proc)
         return proc
 
     def start_api(
         self, *, port: int | None = None, processes: int = 2, extra_env: dict[str, str] | None = None
     ) -> Proc:
-        port = port or free_port()
+        port = port or launcher.free_port()
         name = f"api-{port}-{next(self._numbers)}"
         metrics_dir = self.run_dir / "metrics" / name
         metrics_dir.mkdir(parents=True, exist_ok=True)
-        env = {
-            **self.base_env(),
-            "HOST": "127.0.0.1",
-            "PORT": str(port),
-            "WEB_CONCURRENCY": str(processes),
-            "PROMETHEUS_MULTIPROC_DIR": str(metrics_dir),
-            **(extra_env or {}),
-        }
-        argv = [sys.executable, "-m", "gunicorn", "taskforge.asgi:application"]
-        proc = self._spawn("api", name, argv, env, url=f"http://127.0.0.1:{port}")
+        api = launcher.api_server(host="127.0.0.1", port=port, workers=processes, metrics_dir=metrics_dir)
+        proc = self._spawn("api", name, api, api.environ(self.base_env(), extra_env), url=f"http://127.0.0.1:{port}")
         self.wait_healthy(proc)
         return proc
 
     def wait_healthy(self, proc: Proc, timeout: float = 60) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if not proc.alive():
-                raise RuntimeError(f"{proc.name} exited:\n{proc.log.read_text(errors='replace')[-3000:]}")
-            try:
-                if httpx.get(f"{proc.url}/healthz", timeout=1).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.1)
-        raise RuntimeError(f"{proc.name} did not become healthy")
+        def tail() -> str:
+            return f"{proc.name}: {proc.log.read_text(errors='replace')[-3000:]}"
+
+        launcher.wait_ready(proc.url, timeout=timeout, process=proc.popen, output=tail)
 
     def start_loop(self, command: str, *, extra_env: dict[str, str] | None = None, tag: str = "") -> Proc:
         name = f"{command}{tag}-{next(self._numbers)}"
-        env = {**self.base_env(), **(extra_env or {})}
-        return self._spawn("loop", name, [sys.executable, "manage.py", command], env)
+        loop = launcher.loop(command)
+        return self._spawn("loop", name, loop, loop.environ(self.base_env(), extra_env), loop=command)
 
     def start_worker(
         self,
@@ -208,26 +187,21 @@ class Stack:
         worker_id = f"fw{tag}-{number}"
         apis = self.apis()
         url = api_url or apis[number % len(apis)].url
-        env = {
-            **self.base_env(),
-            "TASKFORGE_API_KEY": self.worker_key,
-            EXEC_DIR_ENV: str(self.exec_dir),
-            **(extra_env or {}),
-        }
-        argv = [
-            sys.executable, "-m", "workers",
-            "--handler", "faults.handler:record",
-            "--concurrency", str(concurrency),
-            "--worker-id", worker_id,
-            "--api-url", url,
-            "--wait-seconds", "2",
-            "--request-timeout", "6",
-            "--poll-interval", "0.2",
-            "--heartbeat-interval", "1",
-            "--grace-seconds", "5",
-            "--log-format", "json",
-        ]  # fmt: skip
-        return self._spawn("worker", worker_id, argv, env, worker_id=worker_id)
+        worker = launcher.reference_worker(
+            handler="faults.handler:record",
+            concurrency=concurrency,
+            worker_id=worker_id,
+            api_url=url,
+            api_key=self.worker_key,
+            wait_seconds=2,
+            request_timeout=6,
+            poll_interval=0.2,
+            heartbeat_interval=1,
+            grace_seconds=5,
+            log_format="json",
+        )
+        env = worker.environ({**self.base_env(), EXEC_DIR_ENV: str(self.exec_dir)}, extra_env)
+        return self._spawn("worker", worker_id, worker, env, worker_id=worker_id, api_url=url)
 
     @property
     def exec_dir(self) -> Path:
@@ -241,7 +215,7 @@ class Stack:
         return [p for p in self.procs if p.kind == "api" and p.alive()]
 
     def loops(self, command: str | None = None) -> list[Proc]:
-        return [p for p in self.procs if p.kind == "loop" and p.alive() and (command is None or command in p.argv)]
+        return [p for p in self.procs if p.kind == "loop" and p.alive() and command in (None, p.loop)]
 
     def workers(self) -> list[Proc]:
         return [p for p in self.procs if p.kind == "worker" and p.alive()]
@@ -259,8 +233,8 @@ class Stack:
             extra = {k: v for k, v in proc.env.items() if k == "TASKFORGE_FAILPOINTS"}
             return self.start_api(port=port, processes=int(proc.env["WEB_CONCURRENCY"]), extra_env=extra)
         if proc.kind == "loop":
-            return self.start_loop(proc.argv[-1])
-        return self.start_worker(api_url=proc.argv[proc.argv.index("--api-url") + 1])
+            return self.start_loop(proc.loop)
+        return self.start_worker(api_url=proc.api_url)
 
     @staticmethod
     def _wait_port_free(port: int, timeout: float = 30) -> None:
@@ -279,36 +253,11 @@ class Stack:
 
     def stop(self, proc: Proc, timeout: float = 20) -> int | None:
         """SIGTERM, then SIGKILL after ``timeout``; returns the exit code."""
-        proc.signal(signal.SIGCONT)  # a stopped process cannot act on SIGTERM
-        proc.signal(signal.SIGTERM)
-        try:
-            return proc.popen.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.kill(proc)
-            return proc.popen.wait()
+        return launcher.terminate(proc.popen, grace=timeout)
 
     def kill(self, proc: Proc) -> None:
         """kill -9 the process and, for a gunicorn master, its worker processes."""
-        children = proc.children()
-        proc.signal(signal.SIGKILL)
-        for pid in children:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        try:
-            proc.popen.wait(10)
-        except subprocess.TimeoutExpired:
-            pass
+        launcher.kill(proc.popen)
 
     def stop_all(self) -> None:
-        alive = [p for p in self.procs if p.alive()]
-        for proc in alive:
-            proc.signal(signal.SIGCONT)
-            proc.signal(signal.SIGTERM)
-        deadline = time.monotonic() + 20
-        for proc in alive:
-            try:
-                proc.popen.wait(max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                self.kill(proc)
+        launcher.terminate_all([p.popen for p in self.procs if p.alive()], grace=20)

@@ -32,7 +32,7 @@ logger = logging.getLogger("taskforge.apikeys")
 
 
 # Every request authenticates, and a key row only changes when it is created or
-# revoked: each process keeps the keys it has seen (queues.cache), saving a
+# revoked: each process keeps the keys it has seen (taskforge.infra.rowcache), saving a
 # Postgres query per request; a revocation in any process takes effect at once.
 def _load_active_key(digest: str) -> ApiKey | None:
     return ApiKey.objects.filter(key_hash=digest, revoked_at__isnull=True).first()
@@ -102,40 +102,94 @@ def command_actor() -> str:
         return "cli:unknown"
 
 
+# What a 401 says in WWW-Authenticate (RFC 9110): how to authenticate.
+AUTHENTICATE_HEADER = 'Bearer realm="taskforge"'
+
+
+def key_for(authorization: str) -> ApiKey | None:
+    """The active key an ``Authorization`` header names; None when there is no header.
+
+    Raises ``AuthenticationFailed`` for a malformed header or an unknown or
+    revoked key. Every API request authenticates here: through DRF
+    (:class:`ApiKeyAuthentication`) or at the lean edge (:func:`authorize`).
+    """
+    if not authorization:
+        return None
+    scheme, _, raw = authorization.partition(" ")
+    raw = raw.strip()
+    if scheme.lower() != "bearer" or not raw:
+        raise exceptions.AuthenticationFailed("use Authorization: Bearer <api key>")
+    digest = hash_key(raw)
+    key = _active_keys.get(digest)
+    if key is None or not hmac.compare_digest(key.key_hash, digest):
+        raise exceptions.AuthenticationFailed("unknown or revoked API key")
+    return key
+
+
+def authorize(authorization: str, view_class: type, method: str) -> ApiKey:
+    """Authenticate and check the role as a DRF view would: the 401, then the 403, in that order.
+
+    For requests served without DRF (``taskforge.http.lean``); the exceptions
+    carry the WWW-Authenticate header DRF would add to a 401.
+    """
+    try:
+        key = key_for(authorization)
+        HasRole.check(key, HasRole.needed_role(view_class, method))
+    except (exceptions.NotAuthenticated, exceptions.AuthenticationFailed) as exc:
+        exc.auth_header = AUTHENTICATE_HEADER  # type: ignore[union-attr]
+        raise
+    assert key is not None  # check() refused a missing key
+    return key
+
+
 class ApiKeyAuthentication(BaseAuthentication):
     def authenticate(self, request: Request) -> tuple[ApiKey, str] | None:
-        header = request.META.get("HTTP_AUTHORIZATION", "")
-        if not header:
-            return None
-        scheme, _, raw = header.partition(" ")
-        raw = raw.strip()
-        if scheme.lower() != "bearer" or not raw:
-            raise exceptions.AuthenticationFailed("use Authorization: Bearer <api key>")
-        digest = hash_key(raw)
-        key = _active_keys.get(digest)
-        if key is None or not hmac.compare_digest(key.key_hash, digest):
-            raise exceptions.AuthenticationFailed("unknown or revoked API key")
-        return key, raw
+        key = key_for(request.META.get("HTTP_AUTHORIZATION", ""))
+        return None if key is None else (key, request.META["HTTP_AUTHORIZATION"].partition(" ")[2].strip())
 
     def authenticate_header(self, request: Request) -> str:
-        return 'Bearer realm="taskforge"'
+        return AUTHENTICATE_HEADER
 
 
 class HasRole(BasePermission):
-    """Views declare ``roles = {"GET": "producer", ...}``; admin may do everything.
+    """The one role check; each API view declares, as data, the role each method needs.
 
-    A method the view does not declare passes here so that it is answered 405
-    (after 401 and 403, as the contract orders them).
+    ``roles = {"GET": Role.PRODUCER, "POST": Role.ADMIN}`` on the view is read
+    here to answer 403, and by the OpenAPI document (``openapi_description``,
+    through ``taskforge.http.openapi_hooks``) to say who may call it, so the
+    two cannot disagree. An admin key may do everything. A method the view
+    does not declare passes here so that it is answered 405 (after 401 and
+    403, as the contract orders them).
     """
 
-    def has_permission(self, request: Request, view: Any) -> bool:
-        key = request.user
+    @staticmethod
+    def needed_role(view: Any, method: str) -> str | None:
+        """The role ``method`` needs on ``view`` (a view or its class); HEAD needs GET's."""
+        roles: dict[str, str] = getattr(view, "roles", {})
+        needed = roles.get(method)
+        if needed is None and method == "HEAD":
+            needed = roles.get("GET")
+        return needed
+
+    @staticmethod
+    def check(key: Any, needed: str | None) -> None:
+        """Refuse ``key`` (401 without one, else 403) unless it may do what needs ``needed``."""
         if not isinstance(key, ApiKey):
             raise exceptions.NotAuthenticated("an API key is required (Authorization: Bearer <key>)")
-        roles: dict[str, str] = getattr(view, "roles", {})
-        needed = roles.get(request.method or "")
-        if needed is None and request.method == "HEAD":
-            needed = roles.get("GET")
         if needed is None or key.role == Role.ADMIN or key.role == needed:
-            return True
+            return
         raise exceptions.PermissionDenied(f"this endpoint needs the {needed} role; this key is {key.role}")
+
+    def has_permission(self, request: Request, view: Any) -> bool:
+        self.check(request.user, self.needed_role(view, request.method or ""))
+        return True
+
+    @classmethod
+    def openapi_description(cls, view_class: type, method: str) -> str | None:
+        """Who may call ``method`` on ``view_class``, for the operation's description."""
+        needed = cls.needed_role(view_class, method)
+        if needed is None:
+            return None
+        if needed == Role.ADMIN:
+            return "Role: `admin`."
+        return f"Role: `{needed}` (or `admin`)."

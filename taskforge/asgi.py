@@ -1,7 +1,10 @@
 """ASGI entry point: the API, the admin, /metrics and the dashboard's SSE stream.
 
 Every request is served by Django's WSGI handler on a fixed pool of threads
-(``a2wsgi``). Django's own ASGI handler starts a new executor thread for every
+(``a2wsgi``), except the single-task calls of producers and workers, which the
+lean edge (``taskforge.http.lean``) serves with the views' own functions on the
+same threads, without Django's request, middleware and DRF machinery.
+Django's own ASGI handler starts a new executor thread for every
 synchronous request: measured with ``make bench``, that bridge alone cost
 about 40% of the API's CPU per single enqueue. What waits does so on the event
 loop, holding no thread and no database connection: a claim that finds no
@@ -28,23 +31,35 @@ from django.core.wsgi import get_wsgi_application  # noqa: E402
 from django.urls import re_path  # noqa: E402
 
 from dashboard.stream import StatsStreamConsumer  # noqa: E402
+from queues.api import hot as queue_calls  # noqa: E402
 from taskforge.http.bodycap import BodyCapMiddleware  # noqa: E402
+from taskforge.http.lean import LeanEdge  # noqa: E402
+from workers import hot as worker_calls  # noqa: E402
 from workers.longpoll import AttemptHandler, LongPoll  # noqa: E402
 
-django_threaded = WSGIMiddleware(get_wsgi_application(), workers=settings.TASKFORGE_THREADS)
-claim_attempts = WSGIMiddleware(AttemptHandler("workers.attempt_urls"))
+# The ignored arg-type errors below are where three typings of the same protocols
+# meet, not mistakes: django-stubs types a WSGI handler as returning the response
+# (which is the iterable of bytes WSGI asks for), a2wsgi types ASGI scopes and
+# messages as TypedDicts where ours are plain mappings, and django-stubs types
+# re_path() for views where Channels' URLRouter takes ASGI applications.
+django_threaded = WSGIMiddleware(get_wsgi_application(), workers=settings.TASKFORGE_THREADS)  # type: ignore[arg-type]
+claim_attempts = WSGIMiddleware(AttemptHandler("workers.attempt_urls"))  # type: ignore[arg-type]
 claim_attempts.executor = django_threaded.executor  # one pool of threads for both
 
-application = ProtocolTypeRouter(
-    {
-        "http": URLRouter(
-            [
-                # Session login only (the admin's): API keys are not accepted on the stream.
-                re_path(r"^dashboard/stream/?$", AuthMiddlewareStack(StatsStreamConsumer.as_asgi())),
-                # The body cap acts while the body streams in, before Django buffers it.
-                re_path(r"^workers/claim/?$", BodyCapMiddleware(LongPoll(claim_attempts))),
-                re_path(r"", BodyCapMiddleware(django_threaded)),
-            ]
-        ),
-    }
+through_django = URLRouter(
+    [
+        # Session login only (the admin's): API keys are not accepted on the stream.
+        re_path(r"^dashboard/stream/?$", AuthMiddlewareStack(StatsStreamConsumer.as_asgi())),
+        # The body cap acts while the body streams in, before Django buffers it.
+        re_path(r"^workers/claim/?$", BodyCapMiddleware(LongPoll(claim_attempts))),  # type: ignore[arg-type]
+        re_path(r"", BodyCapMiddleware(django_threaded)),  # type: ignore[arg-type]
+    ]
 )
+# The single-task calls (enqueue, claim, heartbeat, ack, nack) skip Django's
+# request machinery: the same view functions, on the same threads.
+lean_edge = LeanEdge(
+    [*queue_calls.routes(), *worker_calls.routes()],
+    django=through_django,
+    executor=django_threaded.executor,
+)
+application = ProtocolTypeRouter({"http": lean_edge})

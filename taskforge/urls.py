@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from django.contrib import admin
 from django.urls import URLPattern, include, re_path
+from django.views import View
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from queues.api import views as q
@@ -15,7 +16,7 @@ _NAME = r"(?P<name>[^/]+)"
 _ID = r"(?P<task_id>[^/]+)"
 
 
-def api(pattern: str, view: type, name: str) -> URLPattern:
+def api(pattern: str, view: type[View], name: str) -> URLPattern:
     return re_path(rf"^{pattern}/?$", view.as_view(), name=name)
 
 

@@ -1,16 +1,19 @@
 """Shared fixtures: real Postgres (pytest-django's test database) and real Redis.
 
-Each xdist worker gets its own Redis database, flushed around every test.
+Each xdist worker gets its own Redis database, flushed around every test,
+except in ``tests/unit``, which runs with Postgres and Redis stopped.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 from django.conf import settings
+from django.test import override_settings
 from rest_framework.test import APIClient
 
 import taskforge.infra.redis
@@ -21,6 +24,9 @@ from tests.factories import QueueFactory
 from workers import registry
 
 pytest_plugins = ["tests.live"]
+
+#: Tests under this directory touch neither Postgres nor Redis.
+UNIT_TESTS = Path(__file__).resolve().parent / "unit"
 
 
 def redis_url_for_db(url: str, db: int) -> str:
@@ -37,11 +43,25 @@ def _worker_number() -> int:
 
 
 @pytest.fixture(autouse=True)
+def isolated_redis(request: pytest.FixtureRequest) -> None:
+    """Give every test outside the unit tier its own flushed Redis database.
+
+    The unit tier must run with Redis stopped, so it is not even connected to.
+    """
+    if not request.path.is_relative_to(UNIT_TESTS):
+        request.getfixturevalue("redis_db")
+
+
+@pytest.fixture
 def redis_db(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     base = int(os.environ.get("TASKFORGE_TEST_REDIS_DB_BASE", "1"))
     url = redis_url_for_db(settings.REDIS_URL, base + _worker_number())
     monkeypatch.setattr(settings, "REDIS_URL", url)
     monkeypatch.setattr(taskforge.infra.redis, "_client", None)
+    # Django's cache (sessions) moves to the same database: override_settings
+    # also drops the cache connections opened on the old location.
+    cache_location = override_settings(CACHES={"default": {**settings.CACHES["default"], "LOCATION": url}})
+    cache_location.enable()
     client = taskforge.infra.redis.redis_client()
     client.flushdb()
     rowcache.clear_all()  # copies tagged with the old generation would outlive the flush
@@ -50,6 +70,7 @@ def redis_db(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     client.flushdb()
     rowcache.clear_all()
     registry.forget_writes()
+    cache_location.disable()
     taskforge.infra.redis._client = None
 
 

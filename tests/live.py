@@ -1,35 +1,32 @@
 """Real TaskForge processes for multi-process tests.
 
-``LiveStack`` starts API servers (gunicorn, the production command line) and
-loops as separate OS processes against the test database and this test's
-Redis database, and stops them at the end. Tests that use it must use
+``LiveStack`` starts API servers and loops as separate OS processes, with the
+command lines ``taskforge.dev.launcher`` defines for every launcher (the
+production ones), against the test database and this test's Redis database,
+and stops them at the end. Tests that use it must use
 ``django_db(transaction=True)`` so their rows are committed and visible.
 """
 
 from __future__ import annotations
 
 import os
-import signal
-import socket
 import subprocess
-import sys
-import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import httpx
 import pytest
 from django.conf import settings
 from django.db import connection
 
-ROOT = Path(__file__).resolve().parent.parent
+from taskforge.dev import launcher
+
+ROOT = launcher.ROOT
+STOP_GRACE_SECONDS = 15
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+# Tests that start servers of their own (a Redis, a stub) pick their ports the launcher's way.
+free_port = launcher.free_port
 
 
 def test_database_url() -> str:
@@ -53,37 +50,27 @@ class LiveStack:
 
     def start_api(self, *, workers: int = 1, extra_env: dict[str, str] | None = None) -> str:
         """One gunicorn master with ``workers`` processes; returns its base URL."""
-        port = free_port()
-        env = {**self.env, "PORT": str(port), "HOST": "127.0.0.1", "WEB_CONCURRENCY": str(workers), **(extra_env or {})}
-        self._spawn([sys.executable, "-m", "gunicorn", "taskforge.asgi:application"], env, f"api-{port}")
+        port = launcher.free_port()
+        api = launcher.api_server(host="127.0.0.1", port=port, workers=workers)
+        process = self._spawn(api.argv, api.environ(self.env, extra_env), f"api-{port}")
         url = f"http://127.0.0.1:{port}"
-        self._wait_healthy(url)
+        launcher.wait_ready(url, timeout=30, process=process, output=self.output)
         self.api_urls.append(url)
         return url
 
     def start_loop(self, command: str, *, extra_env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
-        return self._spawn([sys.executable, "manage.py", command], {**self.env, **(extra_env or {})}, command)
+        loop = launcher.loop(command)
+        return self._spawn(loop.argv, loop.environ(self.env, extra_env), command)
 
     def start(self, argv: list[str], name: str, extra_env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
         return self._spawn(argv, {**self.env, **(extra_env or {})}, name)
 
-    def _spawn(self, argv: list[str], env: dict[str, str], name: str) -> subprocess.Popen[bytes]:
+    def _spawn(self, argv: Sequence[str], env: dict[str, str], name: str) -> subprocess.Popen[bytes]:
         log = self.log_dir / f"{name}-{len(self.processes)}.log"
         self.logs.append(log)
-        process = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT)
+        process = launcher.spawn(argv, env, log=log)
         self.processes.append(process)
         return process
-
-    def _wait_healthy(self, url: str, timeout: float = 30.0) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.1)
-        raise RuntimeError(f"API at {url} did not become healthy:\n{self.output()}")
 
     def output(self) -> str:
         return "\n".join(
@@ -91,16 +78,7 @@ class LiveStack:
         )
 
     def stop(self) -> None:
-        for process in self.processes:
-            if process.poll() is None:
-                process.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + 15
-        for process in self.processes:
-            try:
-                process.wait(max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+        launcher.terminate_all(self.processes, grace=STOP_GRACE_SECONDS)
 
 
 @pytest.fixture

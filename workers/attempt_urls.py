@@ -7,5 +7,5 @@ from django.urls import re_path
 from workers.views import ClaimView
 
 urlpatterns = [
-    re_path(r"^workers/claim/?$", ClaimView.as_sync_view(threaded_attempt=True), name="worker-claim"),
+    re_path(r"^workers/claim/?$", ClaimView.as_attempt_view(), name="worker-claim"),
 ]

@@ -1,33 +1,10 @@
-"""The demo handler that ``WORKERS=N make run`` starts.
+"""Deprecated alias of ``taskforge_client.demo``, kept for one release.
 
-Payload keys it understands: ``sleep_ms`` (work for that long) and
-``fail: true`` (raise, so the task is retried and ends in the dead-letter
-queue). Anything else succeeds at once.
+``--handler workers.demo:handle`` (docker-compose.yml, deploy/kubernetes/)
+still runs the demo handler, which lives in the ``taskforge-client``
+distribution now: name it ``taskforge_client.demo:handle``.
 """
 
-from __future__ import annotations
+from taskforge_client.demo import DemoFailure, handle
 
-import time
-from typing import Any
-
-from workers.runner import Job
-
-
-class DemoFailure(Exception):
-    """Raised for payloads that ask to fail."""
-
-
-def handle(payload: dict[str, Any], job: Job) -> dict[str, Any]:
-    started = time.monotonic()
-    sleep_ms = payload.get("sleep_ms")
-    # Waiting on the cancel flag instead of sleeping: a task whose lease was
-    # lost, or that outlived the shutdown grace, stops at once.
-    if isinstance(sleep_ms, int | float) and sleep_ms > 0 and job.cancelled.wait(sleep_ms / 1000):
-        raise DemoFailure("cancelled: lease lost or worker shutting down")
-    if payload.get("fail") is True:
-        raise DemoFailure(f"payload asked to fail (attempt {job.attempts})")
-    return {
-        "handled_by": job.worker_id,
-        "attempt": job.attempts,
-        "slept_ms": round((time.monotonic() - started) * 1000),
-    }
+__all__ = ["DemoFailure", "handle"]

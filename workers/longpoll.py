@@ -1,20 +1,34 @@
-"""Long polls that wait on the event loop, holding no thread and no database connection.
+"""Long polls: a claim that finds nothing waits on the event loop, holding no thread and no connection.
 
-Under TaskForge's ASGI app (``taskforge.asgi``) a claim is a series of
-*attempts*. :class:`LongPoll` runs the request through Django's WSGI handler
-on the thread pool, where :class:`AttemptHandler` resolves it to the view's
-synchronous form (``threaded_attempt``). An attempt that finds work answers at
-once. One that finds none answers :func:`must_wait` instead (never seen by the
-client), saying what to wait for; LongPoll then waits for the process's
-doorbell (``queues.dispatch.doorbell``) on the event loop, and runs the request again.
-When the wait is over, a last attempt answers what it finds, an empty list
-included. Every attempt is the whole request (authentication, validation, the
-error handler), so every answer comes from the one DRF code path; an attempt
-that finds nothing costs about a millisecond.
+A claim is a series of *attempts*. Each attempt is the whole request
+(authentication, validation, the error handler), run synchronously by the
+claim view, and never waits: one that finds work, or has no time to wait,
+answers at once; one that finds nothing answers :func:`must_wait` instead
+(never seen by the client), saying what to wait for. :func:`long_poll`, the
+one wait loop, then waits for the process's doorbell (``queues.dispatch.doorbell``)
+on the event loop and runs the request again. When the wait is over, a last
+attempt answers what it finds, an empty list included. An attempt that finds
+nothing costs about a millisecond, and every answer comes from the one DRF
+code path.
 
-Elsewhere (Django's test client, a plain WSGI or ASGI server) the claim view is
-a :class:`LongPollView`: its DRF part runs in a thread and hands the response
-to an ``async`` continuation that waits (:func:`finish_later`).
+The loop runs in one of three places, with the same attempts:
+
+* at the lean edge (``taskforge.http.lean`` with ``workers.hot``), which
+  serves claims in production: each attempt is ``workers.views.claim_once``
+  on the thread pool, without Django's request machinery;
+* at the ASGI edge (``taskforge.asgi``), for a claim the lean edge leaves to
+  Django, :class:`LongPoll` runs each attempt
+  through Django's WSGI handler on the thread pool (:class:`AttemptHandler`
+  with ``workers.attempt_urls``): no thread is held while a poll waits, and no
+  claim pays for Django's ASGI bridge;
+* wherever the view is served without that edge (Django's test client,
+  ``runserver``, a plain WSGI server), :meth:`LongPollView.as_view` runs the
+  attempts itself, from an ``async`` view.
+
+Why here and not in ``queues.dispatch``: waiting is a property of serving the
+worker protocol over HTTP (replaying a request, the client leaving, which
+answer the client sees); dispatch stays synchronous and request-free, one
+claim attempt at a time, and owns only the doorbell this loop waits on.
 """
 
 from __future__ import annotations
@@ -28,67 +42,26 @@ from typing import Any
 import orjson
 from asgiref.sync import sync_to_async
 from django.core.handlers.wsgi import WSGIHandler
+from django.db import connection
 from django.http import HttpRequest, HttpResponse, HttpResponseBase
-from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from queues import dispatch
 from queues.dispatch import doorbell
 
-Continuation = Callable[[], Awaitable[Any]]
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
-# Set by LongPoll on every attempt (a client's own copy is dropped): first, again or last.
+# Set on every attempt (a client's own copy is dropped): which attempt of the poll it is.
 ATTEMPT = "X-TaskForge-Attempt"
 _ATTEMPT = ATTEMPT.lower().encode()
+_ATTEMPT_META = "HTTP_" + ATTEMPT.upper().replace("-", "_")
+FIRST, AGAIN, LAST = "first", "again", "last"
 # On an attempt's answer when it found nothing: what to wait for (JSON).
 MUST_WAIT = "X-TaskForge-Must-Wait"
 _MUST_WAIT = MUST_WAIT.lower().encode()
-
-
-# -- inside Django ------------------------------------------------------------------
-
-
-def finish_later(response: Response, continuation: Continuation) -> Response:
-    """Mark ``response`` (not rendered yet) to get its data from ``continuation``.
-
-    The database connection goes back to the pool now: the continuation may
-    wait a long time, and takes one again only when it has work to do.
-    """
-    dispatch.release_connection()
-    response.continuation = continuation  # type: ignore[attr-defined]
-    return response
-
-
-class LongPollView(APIView):
-    @classmethod
-    def as_sync_view(cls, **initkwargs: Any) -> Callable[..., Any]:
-        """The plain DRF view, for LongPoll's attempts (which never wait)."""
-        return super().as_view(**initkwargs)
-
-    @classmethod
-    def as_view(cls, **initkwargs: Any) -> Callable[..., Any]:
-        sync_view = super().as_view(**initkwargs)
-        run_sync_view = sync_to_async(sync_view)
-
-        async def view(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
-            response = await run_sync_view(request, *args, **kwargs)
-            continuation = getattr(response, "continuation", None)
-            if continuation is not None:
-                del response.continuation
-                # Not rendered yet: Django renders it after the view returns.
-                response.data = await continuation()
-            return response
-
-        # What DRF's as_view() exposes (the schema generator reads view.cls).
-        view.cls = cls  # type: ignore[attr-defined]
-        view.initkwargs = initkwargs  # type: ignore[attr-defined]
-        view.csrf_exempt = True  # type: ignore[attr-defined]
-        return view
 
 
 @dataclass(frozen=True)
@@ -99,21 +72,81 @@ class WaitFor:
     retry_after: float | None = None  # a rate-limited queue's next token
 
 
+#: Runs one attempt of the request (FIRST, AGAIN or LAST); None when it answered the client.
+Attempt = Callable[[str], Awaitable[WaitFor | None]]
+
+
 def attempt(request: HttpRequest) -> str | None:
-    """Which of LongPoll's attempts this request is (first, again, last), or None outside LongPoll."""
-    return request.headers.get(ATTEMPT)
+    """Which attempt of a long poll this request is (FIRST, AGAIN, LAST); None outside one."""
+    return request.META.get(_ATTEMPT_META)
 
 
 def must_wait(wait: WaitFor) -> HttpResponse:
-    """An attempt's answer when it found nothing: LongPoll waits, then asks again."""
+    """An attempt's answer when it found nothing: the poll waits, then asks again."""
     response = HttpResponse(status=204)
     response[MUST_WAIT] = orjson.dumps(asdict(wait)).decode()
     response.not_for_the_client = True  # type: ignore[attr-defined]  # no access log line, no metrics
     return response
 
 
+def _waiting_for(raw: str | bytes | None) -> WaitFor | None:
+    return None if raw is None else WaitFor(**orjson.loads(raw))
+
+
+# -- the wait loop ------------------------------------------------------------------
+
+
+async def long_poll(run_attempt: Attempt, client_left: asyncio.Future[Any] | None = None) -> None:
+    """Run attempts until one answers, waiting for the doorbell between them.
+
+    1. The first attempt runs unregistered: a claim that finds work never
+       touches the doorbell hub.
+    2. One that must wait registers with the hub (subscribed to the doorbell
+       channel) and tries again at once: a bell that rang between the first
+       attempt and the registration would otherwise be lost.
+    3. Each later attempt clears the waiter's event first, so a bell that
+       rings during the attempt counts.
+    4. A wait ends on a bell, on a rate-limited queue's next token, on the
+       hub's re-check timer (a safety net for a lost bell), or when the
+       client leaves (there is nobody to claim for: no further attempt). The
+       attempt at the deadline is the last; it answers whatever it finds.
+    """
+    loop = asyncio.get_running_loop()
+    async with contextlib.AsyncExitStack() as stack:
+        hub: doorbell.Hub | None = None
+        waiter: doorbell.Waiter | None = None
+        deadline = 0.0
+        kind = FIRST
+        while True:
+            if waiter is not None:
+                waiter.event.clear()
+            wait = await run_attempt(kind)
+            if wait is None or kind == LAST:
+                return
+            if hub is None or waiter is None:
+                hub = doorbell.hub()
+                waiter = await stack.enter_async_context(hub.waiter(wait.queue, wait.max_tasks))
+                deadline = loop.time() + wait.wait_seconds
+                kind = AGAIN
+                continue
+            timeout = min(deadline - loop.time(), hub.recheck_seconds)
+            if wait.retry_after is not None:
+                timeout = min(timeout, max(wait.retry_after, 0.01))
+            if timeout > 0:
+                rang = asyncio.ensure_future(waiter.event.wait())
+                ends = {rang} if client_left is None else {rang, client_left}
+                await asyncio.wait(ends, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+                rang.cancel()
+                if client_left is not None and client_left.done():
+                    return
+            kind = LAST if loop.time() >= deadline else AGAIN
+
+
+# -- at the ASGI edge ---------------------------------------------------------------
+
+
 class AttemptHandler(WSGIHandler):
-    """Django's WSGI handler with its own URLs: the synchronous views of LongPoll's attempts."""
+    """Django's WSGI handler with its own URLs: the views of LongPoll's attempts."""
 
     def __init__(self, urlconf: str) -> None:
         super().__init__()
@@ -122,9 +155,6 @@ class AttemptHandler(WSGIHandler):
     def get_response(self, request: HttpRequest) -> HttpResponseBase:
         request.urlconf = self.urlconf
         return super().get_response(request)
-
-
-# -- at the ASGI edge ---------------------------------------------------------------
 
 
 class LongPoll:
@@ -138,37 +168,13 @@ class LongPoll:
         if body["type"] != "http.request":
             return  # the client left before sending it
         headers = [(name, value) for name, value in scope.get("headers", []) if name != _ATTEMPT]
-        loop = asyncio.get_running_loop()
+
+        async def run_attempt(kind: str) -> WaitFor | None:
+            return await self._attempt({**scope, "headers": [*headers, (_ATTEMPT, kind.encode())]}, body, send)
+
         left = asyncio.ensure_future(receive())  # the only other message that can come: http.disconnect
         try:
-            async with contextlib.AsyncExitStack() as stack:
-                waiter: doorbell.Waiter | None = None
-                deadline = 0.0
-                kind = b"first"
-                while True:
-                    if waiter is not None:
-                        waiter.event.clear()  # before the attempt: a bell during it counts
-                    attempt_scope = {**scope, "headers": [*headers, (_ATTEMPT, kind)]}
-                    wait = await self._attempt(attempt_scope, body, send)
-                    if wait is None or kind == b"last":
-                        return
-                    if waiter is None:
-                        # Registered now: try once more, a bell may have rung since the attempt.
-                        hub = doorbell.hub()
-                        waiter = await stack.enter_async_context(hub.waiter(wait.queue, wait.max_tasks))
-                        deadline = loop.time() + wait.wait_seconds
-                        kind = b"again"
-                        continue
-                    timeout = min(deadline - loop.time(), hub.recheck_seconds)
-                    if wait.retry_after is not None:
-                        timeout = min(timeout, max(wait.retry_after, 0.01))
-                    if timeout > 0:
-                        rang = asyncio.ensure_future(waiter.event.wait())
-                        await asyncio.wait((rang, left), timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
-                        rang.cancel()
-                        if left.done():
-                            return  # the client is gone: nothing to claim for
-                    kind = b"last" if loop.time() >= deadline else b"again"
+            await long_poll(run_attempt, left)
         finally:
             left.cancel()
 
@@ -189,9 +195,60 @@ class LongPoll:
             if message["type"] == "http.response.start":
                 for name, value in message.get("headers", []):
                     if name == _MUST_WAIT:
-                        wait = WaitFor(**orjson.loads(value))
+                        wait = _waiting_for(value)
             if wait is None:
                 await send(message)
 
         await self.attempts(scope, replay, answer)
         return wait
+
+
+# -- without the edge -----------------------------------------------------------------
+
+
+class LongPollView(APIView):
+    """A DRF view whose ``post`` may answer :func:`must_wait`."""
+
+    @classmethod
+    def as_attempt_view(cls, **initkwargs: Any) -> Callable[..., Any]:
+        """The plain DRF view: one attempt, never waiting (LongPoll's attempts route here)."""
+        return super().as_view(**initkwargs)
+
+    @classmethod
+    def as_view(cls, **initkwargs: Any) -> Callable[..., Any]:  # type: ignore[override]
+        """The view for the project's URLs: where no LongPoll stands in front, it runs the attempts."""
+        attempt_view = cls.as_attempt_view(**initkwargs)
+
+        async def view(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
+            answered: list[HttpResponseBase] = []
+
+            def run_attempt(kind: str) -> WaitFor | None:
+                # Read the body once, up front: each attempt's DRF request parses it again.
+                _ = request.body
+                request.META[_ATTEMPT_META] = kind
+                response = attempt_view(request, *args, **kwargs)
+                wait = _waiting_for(response.get(MUST_WAIT))
+                if wait is None:
+                    answered.append(response)
+                else:
+                    _release_connection()  # the wait may be long: the next attempt takes one again
+                return wait
+
+            await long_poll(sync_to_async(run_attempt))
+            return answered[-1]  # not rendered yet: Django renders it after the view returns
+
+        # What DRF's as_view() exposes (the schema generator reads view.cls).
+        view.cls = cls  # type: ignore[attr-defined]
+        view.initkwargs = initkwargs  # type: ignore[attr-defined]
+        view.csrf_exempt = True  # type: ignore[attr-defined]
+        return view
+
+
+def _release_connection() -> None:
+    """Hand the database connection back to the pool while a poll waits.
+
+    Inside a test's transaction the connection must stay (closing it would
+    end the test's transaction).
+    """
+    if not connection.in_atomic_block:
+        connection.close()

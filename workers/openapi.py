@@ -1,11 +1,16 @@
-"""OpenAPI description of the worker protocol (schema only; see ``queues.api.openapi``)."""
+"""OpenAPI description of the worker protocol: its result shapes and per-view annotations.
+
+Schema only, as ``queues.api.openapi``: request bodies are ``workers.inputs``'
+serializers, shared shapes come from ``queues.api.openapi_components``, and who
+may call each operation comes from the view's ``roles`` declaration.
+"""
 
 from __future__ import annotations
 
 from drf_spectacular.utils import extend_schema, extend_schema_view
 from rest_framework import serializers
 
-from queues.api.openapi import BODY_ERRORS, ERROR_CODES, ClaimedTask, Task, errors, role
+from queues.api.openapi_components import BODY_ERRORS, ERROR_CODES, ClaimedTask, Task, errors
 from queues.models import Status
 from workers.inputs import (
     AckBatchSerializer,
@@ -67,10 +72,9 @@ claim_schema = extend_schema_view(
         tags=["workers"],
         operation_id="claim_tasks",
         summary="Claim up to max_tasks due tasks, long-polling up to wait_seconds",
-        description=role(
-            "worker",
+        description=(
             "Without `queue`, any unpaused queue: lowest priority number first, then oldest `scheduled_at`. "
-            "Each claimed task is `claimed`, its attempts go up by one, and it carries its lease.",
+            "Each claimed task is `claimed`, its attempts go up by one, and it carries its lease."
         ),
         request=ClaimSerializer,
         responses={200: ClaimResult, **errors(*BODY_ERRORS, 404)},
@@ -82,7 +86,7 @@ heartbeat_schema = extend_schema_view(
         tags=["workers"],
         operation_id="heartbeat",
         summary="Extend a lease; the first heartbeat moves the task to executing",
-        description=role("worker", "The lease then lasts TASKFORGE_HEARTBEAT_TIMEOUT seconds from now."),
+        description="The lease then lasts TASKFORGE_HEARTBEAT_TIMEOUT seconds from now.",
         request=HeartbeatSerializer,
         responses={200: HeartbeatResult, **errors(*BODY_ERRORS, 404, 409, conflict=_LEASE_LOST)},
     ),
@@ -93,7 +97,7 @@ ack_schema = extend_schema_view(
         tags=["workers"],
         operation_id="ack_task",
         summary="Report success: the task becomes done",
-        description=role("worker", "Repeating a successful ack with the same lease answers 200 again."),
+        description="Repeating a successful ack with the same lease answers 200 again.",
         request=AckSerializer,
         responses={200: Task, **errors(*BODY_ERRORS, 404, 409, conflict=_LEASE_LOST)},
     ),
@@ -104,10 +108,9 @@ nack_schema = extend_schema_view(
         tags=["workers"],
         operation_id="nack_task",
         summary="Report failure: retry with backoff, or dead",
-        description=role(
-            "worker",
+        description=(
             "`retry` with the backoff (or `retry_after_seconds`), or `dead` once 1 + max_retries attempts "
-            "were used or when `retry` is false.",
+            "were used or when `retry` is false."
         ),
         request=NackSerializer,
         responses={200: Task, **errors(*BODY_ERRORS, 404, 409, conflict=_LEASE_LOST)},
@@ -119,7 +122,7 @@ ack_batch_schema = extend_schema_view(
         tags=["workers"],
         operation_id="ack_tasks",
         summary="Ack 1-100 tasks; each item is judged alone",
-        description=role("worker", "Items that fail carry an error (`not_found`, `lease_lost`) in their result."),
+        description="Items that fail carry an error (`not_found`, `lease_lost`) in their result.",
         request=AckBatchSerializer,
         responses={200: BatchResult, **errors(*BODY_ERRORS)},
     ),
@@ -130,7 +133,7 @@ nack_batch_schema = extend_schema_view(
         tags=["workers"],
         operation_id="nack_tasks",
         summary="Nack 1-100 tasks; each item is judged alone",
-        description=role("worker", "Items that fail carry an error (`not_found`, `lease_lost`) in their result."),
+        description="Items that fail carry an error (`not_found`, `lease_lost`) in their result.",
         request=NackBatchSerializer,
         responses={200: BatchResult, **errors(*BODY_ERRORS)},
     ),
@@ -141,7 +144,7 @@ worker_list_schema = extend_schema_view(
         tags=["workers"],
         operation_id="list_workers",
         summary="Workers seen in the last 10 minutes",
-        description=role("admin", "Seen: any claim, heartbeat, ack or nack."),
+        description="Seen: any claim, heartbeat, ack or nack.",
         responses={200: WorkerList, **errors()},
     ),
 )

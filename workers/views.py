@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
-from asgiref.sync import sync_to_async
+from django.http import HttpResponse
 from rest_framework import serializers as drf_serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from queues import dispatch, lifecycle
+from queues import lifecycle
 from queues.api import outputs
+from queues.api.inputs import validated
 from queues.api.lookups import queue_or_404
+from queues.apikeys import Role
+from queues.dispatch import claiming
 from queues.telemetry.observe import queue_name
 from taskforge.http.errors import error_body
 from workers import longpoll, openapi, registry
@@ -24,9 +28,7 @@ from workers.inputs import (
     NackBatchSerializer,
     NackSerializer,
 )
-from workers.longpoll import LongPollView, finish_later
-
-WORKER, ADMIN = "worker", "admin"
+from workers.longpoll import LongPollView
 
 
 def _validated(serializer_class: type[drf_serializers.Serializer], data: Any) -> dict[str, Any]:
@@ -49,81 +51,111 @@ def _claimed(rows: list[dict[str, Any]]) -> dict[str, Any]:
     return {"tasks": [outputs.task(row, queue_name(row["queue_id"]), with_lease=True) for row in rows]}
 
 
+#: What a single-task call's core answers: its status and JSON-able body.
+Answer = tuple[int, dict[str, Any]]
+#: Gives the request's parsed JSON body (read after authentication, as DRF reads ``request.data``).
+ReadBody = Callable[[], Any]
+
+# The single-task calls below are each one function, called by the DRF view and
+# by the lean edge (workers.hot) alike, after authentication.
+
+
+def claim_once(read_body: ReadBody, attempt: str | None) -> Answer | longpoll.WaitFor:
+    """One attempt of ``POST /workers/claim`` (``attempt``: which one, see workers.longpoll).
+
+    An attempt that finds nothing while the poll may still wait answers what
+    to wait for instead; the poll waits on the doorbell and asks again.
+    """
+    fields = validated(ClaimSerializer, read_body())
+    queue = queue_or_404(fields["queue"]) if fields["queue"] is not None else None
+    worker_id, max_tasks, wait_seconds = fields["worker_id"], fields["max_tasks"], fields["wait_seconds"]
+    registry.seen(worker_id, claim=True)
+    claimed = claiming.claim(worker_id, queue, max_tasks)
+    if claimed.rows or not wait_seconds or attempt == longpoll.LAST:
+        return 200, _claimed(claimed.rows)
+    return longpoll.WaitFor(fields["queue"], max_tasks, wait_seconds, claimed.retry_after)
+
+
+def heartbeat_one(read_body: ReadBody) -> Answer:
+    """``POST /workers/heartbeat``."""
+    fields = validated(HeartbeatSerializer, read_body())
+    registry.seen(fields["worker_id"], heartbeat=True)
+    row = lifecycle.heartbeat(fields["task_id"], worker_id=fields["worker_id"], lease_token=fields["lease_token"])
+    return 200, {"task_id": row["id"], "status": row["status"], "lease_expires_at": row["lease_expires_at"]}
+
+
+def ack_one(read_body: ReadBody) -> Answer:
+    """``POST /workers/ack``."""
+    fields = validated(AckSerializer, read_body())
+    registry.seen(fields["worker_id"])
+    row = lifecycle.ack(
+        fields["task_id"],
+        worker_id=fields["worker_id"],
+        lease_token=fields["lease_token"],
+        result=fields["result"],
+    )
+    return 200, _task(row)
+
+
+def nack_one(read_body: ReadBody) -> Answer:
+    """``POST /workers/nack``."""
+    fields = validated(NackSerializer, read_body())
+    registry.seen(fields["worker_id"])
+    row = lifecycle.nack(
+        fields["task_id"],
+        worker_id=fields["worker_id"],
+        error=fields["error"],
+        lease_token=fields["lease_token"],
+        retry=fields["retry"],
+        retry_after_seconds=fields["retry_after_seconds"],
+    )
+    return 200, _task(row)
+
+
 @openapi.claim_schema
 class ClaimView(LongPollView):
-    """A long poll waits on the event loop (see workers.longpoll), holding no database connection."""
+    """One claim attempt (:func:`claim_once`): it never waits itself (see workers.longpoll)."""
 
-    roles = {"POST": WORKER}
-    threaded_attempt = False
+    roles = {"POST": Role.WORKER}
 
-    def post(self, request: Request) -> Response:
-        fields = _validated(ClaimSerializer, request.data)
-        queue = queue_or_404(fields["queue"]) if fields["queue"] is not None else None
-        worker_id, max_tasks, wait_seconds = fields["worker_id"], fields["max_tasks"], fields["wait_seconds"]
-        registry.seen(worker_id, claim=True)
-        if not wait_seconds:
-            return Response(_claimed(dispatch.claim(worker_id, queue, max_tasks).rows))
-        if self.threaded_attempt:  # one of workers.longpoll.LongPoll's attempts: never waits itself
-            claimed = dispatch.claim(worker_id, queue, max_tasks)
-            if claimed.rows or longpoll.attempt(request) == "last":
-                return Response(_claimed(claimed.rows))
-            return longpoll.must_wait(longpoll.WaitFor(fields["queue"], max_tasks, wait_seconds, claimed.retry_after))
-
-        async def wait() -> dict[str, Any]:  # claims at once, then waits if it found nothing
-            rows = await dispatch.claim_waiting(worker_id, queue, max_tasks, wait_seconds)
-            return await sync_to_async(_claimed)(rows)
-
-        return finish_later(Response({"tasks": []}), wait)
+    def post(self, request: Request) -> Response | HttpResponse:
+        outcome = claim_once(lambda: request.data, longpoll.attempt(request))
+        if isinstance(outcome, longpoll.WaitFor):
+            return longpoll.must_wait(outcome)
+        status, body = outcome
+        return Response(body, status=status)
 
 
 @openapi.heartbeat_schema
 class HeartbeatView(APIView):
-    roles = {"POST": WORKER}
+    roles = {"POST": Role.WORKER}
 
     def post(self, request: Request) -> Response:
-        fields = _validated(HeartbeatSerializer, request.data)
-        registry.seen(fields["worker_id"], heartbeat=True)
-        row = lifecycle.heartbeat(fields["task_id"], worker_id=fields["worker_id"], lease_token=fields["lease_token"])
-        return Response({"task_id": row["id"], "status": row["status"], "lease_expires_at": row["lease_expires_at"]})
+        status, body = heartbeat_one(lambda: request.data)
+        return Response(body, status=status)
 
 
 @openapi.ack_schema
 class AckView(APIView):
-    roles = {"POST": WORKER}
+    roles = {"POST": Role.WORKER}
 
     def post(self, request: Request) -> Response:
-        fields = _validated(AckSerializer, request.data)
-        registry.seen(fields["worker_id"])
-        row = lifecycle.ack(
-            fields["task_id"],
-            worker_id=fields["worker_id"],
-            lease_token=fields["lease_token"],
-            result=fields["result"],
-        )
-        return Response(_task(row))
+        status, body = ack_one(lambda: request.data)
+        return Response(body, status=status)
 
 
 @openapi.nack_schema
 class NackView(APIView):
-    roles = {"POST": WORKER}
+    roles = {"POST": Role.WORKER}
 
     def post(self, request: Request) -> Response:
-        fields = _validated(NackSerializer, request.data)
-        registry.seen(fields["worker_id"])
-        row = lifecycle.nack(
-            fields["task_id"],
-            worker_id=fields["worker_id"],
-            error=fields["error"],
-            lease_token=fields["lease_token"],
-            retry=fields["retry"],
-            retry_after_seconds=fields["retry_after_seconds"],
-        )
-        return Response(_task(row))
+        status, body = nack_one(lambda: request.data)
+        return Response(body, status=status)
 
 
 @openapi.ack_batch_schema
 class AckBatchView(APIView):
-    roles = {"POST": WORKER}
+    roles = {"POST": Role.WORKER}
 
     def post(self, request: Request) -> Response:
         fields = _validated(AckBatchSerializer, request.data)
@@ -137,7 +169,7 @@ class AckBatchView(APIView):
 
 @openapi.nack_batch_schema
 class NackBatchView(APIView):
-    roles = {"POST": WORKER}
+    roles = {"POST": Role.WORKER}
 
     def post(self, request: Request) -> Response:
         fields = _validated(NackBatchSerializer, request.data)
@@ -154,7 +186,7 @@ class NackBatchView(APIView):
 
 @openapi.worker_list_schema
 class WorkerListView(APIView):
-    roles = {"GET": ADMIN}
+    roles = {"GET": Role.ADMIN}
 
     def get(self, request: Request) -> Response:
         return Response(

@@ -24,7 +24,8 @@ class QueueForm(forms.ModelForm):
         fields = ("name", "max_retries", "rate_limit", "rate_burst", "paused", "retry_base_ms", "retry_max_delay_ms")
 
     def clean(self) -> dict[str, Any]:
-        cleaned = super().clean()
+        super().clean()
+        cleaned = self.cleaned_data  # what ModelForm.clean() returns (typed as optional by Form's)
         base, max_delay = cleaned.get("retry_base_ms"), cleaned.get("retry_max_delay_ms")
         if base is not None and max_delay is not None and max_delay < base:
             self.add_error("retry_max_delay_ms", "Must be greater than or equal to the retry base delay.")

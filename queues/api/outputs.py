@@ -5,6 +5,7 @@ Plain functions over rows (dicts) so the hot endpoints skip ModelSerializer.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from queues.models import DeadLetterTask, Queue
@@ -29,7 +30,7 @@ TASK_FIELDS = (
 )
 
 
-def task(row: dict[str, Any], queue_name: str, *, with_lease: bool = False) -> dict[str, Any]:
+def task(row: Mapping[str, Any], queue_name: str, *, with_lease: bool = False) -> dict[str, Any]:
     body = {"id": row["id"], "queue": queue_name}
     for name in TASK_FIELDS[1:]:
         body[name] = row[name]
@@ -53,7 +54,7 @@ def queue(q: Queue) -> dict[str, Any]:
     }
 
 
-def history_entry(event: dict[str, Any]) -> dict[str, Any]:
+def history_entry(event: Mapping[str, Any]) -> dict[str, Any]:
     return {
         "at": event["at"],
         "from_status": event["from_status"],

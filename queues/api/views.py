@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from django.db import IntegrityError, transaction
@@ -16,12 +17,12 @@ from queues.api import openapi, outputs
 from queues.api.inputs import (
     BulkReplaySerializer,
     EnqueueBatchSerializer,
-    EnqueueSerializer,
     QueueCreateSerializer,
     QueueUpdateSerializer,
-    plain_enqueue,
+    validate_enqueue,
 )
 from queues.api.lookups import queue_or_404, task_id_or_404
+from queues.apikeys import Role
 from queues.dispatch import announce
 from queues.errors import QueueNameTaken
 from queues.models import DeadLetterTask, Queue, Status, TaskEvent
@@ -29,7 +30,6 @@ from queues.telemetry.stats import queue_stats
 from taskforge.http.pagination import QueryParams, encode_cursor
 from taskforge.ops import audit
 
-PRODUCER, ADMIN = "producer", "admin"
 TASK_LIST_PARAMS = frozenset({"status", "claimed_by", "created_after", "created_before", "limit", "cursor"})
 DLQ_LIST_PARAMS = frozenset({"include_replayed", "died_after", "died_before", "limit", "cursor"})
 
@@ -52,7 +52,7 @@ def _check_delay_bounds(base: int, max_delay: int) -> None:
 
 @openapi.queue_list_schema
 class QueueListView(APIView):
-    roles = {"GET": PRODUCER, "POST": ADMIN}
+    roles = {"GET": Role.PRODUCER, "POST": Role.ADMIN}
 
     def get(self, request: Request) -> Response:
         return Response({"results": [outputs.queue(q) for q in Queue.objects.all()]})
@@ -71,7 +71,7 @@ class QueueListView(APIView):
 
 @openapi.queue_detail_schema
 class QueueDetailView(APIView):
-    roles = {"GET": PRODUCER, "PATCH": ADMIN, "DELETE": ADMIN}
+    roles = {"GET": Role.PRODUCER, "PATCH": Role.ADMIN, "DELETE": Role.ADMIN}
 
     def get(self, request: Request, name: str) -> Response:
         return Response(outputs.queue(queue_or_404(name)))
@@ -95,7 +95,7 @@ class QueueDetailView(APIView):
 
 @openapi.queue_purge_schema
 class QueuePurgeView(APIView):
-    roles = {"POST": ADMIN}
+    roles = {"POST": Role.ADMIN}
 
     def post(self, request: Request, name: str) -> Response:
         purged = lifecycle.purge(queue_or_404(name))
@@ -105,7 +105,7 @@ class QueuePurgeView(APIView):
 
 @openapi.queue_stats_schema
 class QueueStatsView(APIView):
-    roles = {"GET": PRODUCER}
+    roles = {"GET": Role.PRODUCER}
 
     def get(self, request: Request, name: str) -> Response:
         (stats,) = queue_stats([queue_or_404(name)])
@@ -126,15 +126,27 @@ def _new_task(fields: dict[str, Any], raw_body: Any) -> lifecycle.NewTask:
     )
 
 
+def enqueue_one(name: str, read_body: Callable[[], Any]) -> tuple[int, dict[str, Any]]:
+    """``POST /queues/{name}/tasks`` after authentication: the status and body of the answer.
+
+    The one definition, called by :class:`TaskListView` and by the lean edge
+    (``queues.api.hot``). ``read_body`` gives the parsed JSON body; it is read
+    only once the queue is known (an unknown queue is a 404 whatever the body).
+    """
+    queue = queue_or_404(name)
+    data = read_body()
+    fields = validate_enqueue(data)
+    ((row, created),) = lifecycle.enqueue(queue, [_new_task(fields, data)])
+    return 201 if created else 200, outputs.task(row, queue.name)
+
+
 @openapi.task_list_schema
 class TaskListView(APIView):
-    roles = {"GET": PRODUCER, "POST": PRODUCER}
+    roles = {"GET": Role.PRODUCER, "POST": Role.PRODUCER}
 
     def post(self, request: Request, name: str) -> Response:
-        queue = queue_or_404(name)
-        fields = plain_enqueue(request.data) or _validated(EnqueueSerializer, request.data)
-        ((row, created),) = lifecycle.enqueue(queue, [_new_task(fields, request.data)])
-        return Response(outputs.task(row, queue.name), status=201 if created else 200)
+        status, body = enqueue_one(name, lambda: request.data)
+        return Response(body, status=status)
 
     def get(self, request: Request, name: str) -> Response:
         queue = queue_or_404(name)
@@ -170,7 +182,7 @@ class TaskListView(APIView):
 
 @openapi.task_batch_schema
 class TaskBatchView(APIView):
-    roles = {"POST": PRODUCER}
+    roles = {"POST": Role.PRODUCER}
 
     def post(self, request: Request, name: str) -> Response:
         queue = queue_or_404(name)
@@ -186,7 +198,7 @@ class TaskBatchView(APIView):
 
 @openapi.task_detail_schema
 class TaskDetailView(APIView):
-    roles = {"GET": PRODUCER, "DELETE": PRODUCER}
+    roles = {"GET": Role.PRODUCER, "DELETE": Role.PRODUCER}
 
     def get(self, request: Request, name: str, task_id: str) -> Response:
         queue = queue_or_404(name)
@@ -207,7 +219,7 @@ class TaskDetailView(APIView):
 
 @openapi.dlq_list_schema
 class DeadLetterListView(APIView):
-    roles = {"GET": ADMIN}
+    roles = {"GET": Role.ADMIN}
 
     def get(self, request: Request, name: str) -> Response:
         queue = queue_or_404(name)
@@ -240,7 +252,7 @@ class DeadLetterListView(APIView):
 
 @openapi.dlq_replay_schema
 class DeadLetterReplayView(APIView):
-    roles = {"POST": ADMIN}
+    roles = {"POST": Role.ADMIN}
 
     def post(self, request: Request, name: str, task_id: str) -> Response:
         queue = queue_or_404(name)
@@ -251,7 +263,7 @@ class DeadLetterReplayView(APIView):
 
 @openapi.dlq_bulk_replay_schema
 class DeadLetterBulkReplayView(APIView):
-    roles = {"POST": ADMIN}
+    roles = {"POST": Role.ADMIN}
 
     def post(self, request: Request, name: str) -> Response:
         queue = queue_or_404(name)
@@ -265,7 +277,7 @@ class DeadLetterBulkReplayView(APIView):
 
 @openapi.dlq_detail_schema
 class DeadLetterDetailView(APIView):
-    roles = {"DELETE": ADMIN}
+    roles = {"DELETE": Role.ADMIN}
 
     def delete(self, request: Request, name: str, task_id: str) -> Response:
         lifecycle.discard(queue_or_404(name), task_id_or_404(task_id))

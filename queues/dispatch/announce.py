@@ -19,6 +19,7 @@ import redis
 from queues.dispatch import doorbell, lanes, ratelimit
 from queues.dispatch.outage import redis_failed, redis_usable
 from queues.models import Queue
+from taskforge.infra.redis import redis_client
 
 logger = logging.getLogger("taskforge.dispatch")
 
@@ -50,7 +51,7 @@ def announce(queue: Queue, rows: Sequence[Row]) -> None:
     if not redis_usable():
         return
     try:
-        pipe = lanes.redis_client().pipeline(transaction=False)
+        pipe = redis_client().pipeline(transaction=False)
         if ready:
             lanes.add_ready(pipe, queue.name, ready)
             if not queue.paused:

@@ -141,7 +141,7 @@ class Hub:
                 self._wake_all()  # let waiters fall back to polling Postgres
             finally:
                 with contextlib.suppress(Exception):
-                    await pubsub.aclose()
+                    await pubsub.aclose()  # type: ignore[no-untyped-call]
                 with contextlib.suppress(Exception):
                     await client.aclose()
             await asyncio.sleep(backoff)

@@ -206,7 +206,8 @@ def move_due(queue_name: str, limit: int = 1000) -> tuple[int, int]:
 
 
 def scheduled_queues() -> list[str]:
-    return sorted(member.decode() for member in redis_client().smembers(SCHEDULED_QUEUES_KEY))
+    members = redis_client().smembers(SCHEDULED_QUEUES_KEY)
+    return sorted(m.decode() if isinstance(m, bytes) else m for m in members)
 
 
 def drop_idle_scheduled_queues(queue_names: Iterable[str]) -> None:

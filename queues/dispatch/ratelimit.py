@@ -84,8 +84,10 @@ def _run(queue: Queue, change: int) -> list[int]:
     client = redis_client()
     if _script is None or _script.registered_client is not client:
         _script = client.register_script(_BUCKET)
-    assert queue.rate_limit is not None
-    return _script(keys=[bucket_key(queue.name)], args=[queue.rate_limit, queue.effective_burst, change])
+    burst = queue.effective_burst
+    assert queue.rate_limit is not None and burst is not None
+    granted_and_wait: list[int] = _script(keys=[bucket_key(queue.name)], args=[queue.rate_limit, burst, change])
+    return granted_and_wait
 
 
 def take(queue: Queue, wanted: int) -> Grant:

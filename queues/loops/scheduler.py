@@ -15,20 +15,27 @@ scripts, the promotion is a guarded ``SKIP LOCKED`` update) and after a
 flush (the slow tier re-derives the sets from Postgres within a tick).
 Claims never run ahead of time: the claim statement itself checks
 ``scheduled_at <= now()``.
+
+``run_once`` is one pass of the loop: the fast tier every time, the slow tier
+when the caller says it is due (every ``TASKFORGE_SCHEDULER_TICK``).
 """
 
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass, replace
 
 import redis
 from django.db import connection
 
 from queues import lifecycle
 from queues.dispatch import doorbell, lanes
+from taskforge.infra.redis import redis_client
 
 logger = logging.getLogger("taskforge.schedule")
 
+#: The fast tier's period: Redis only, so it can run far more often than the Postgres tier.
+FAST_TICK_SECONDS = 0.05
 PROMOTE_BATCH = 1000
 #: Most entries copied per queue (and retries overall) per slow tick; the rest follow
 #: as the earlier ones move out (they are due later, by the order of the scan).
@@ -79,7 +86,7 @@ def load_due_soon() -> int:
             else lanes.scheduled_member(task_id, lanes.lane_score(priority, scheduled_at))
         )
         entries.setdefault(name, {})[member] = lanes.due_ms(scheduled_at)
-    pipe = lanes.redis_client().pipeline(transaction=False)
+    pipe = redis_client().pipeline(transaction=False)
     for name, members in entries.items():
         lanes.add_scheduled(pipe, name, members)
     pipe.execute()
@@ -100,15 +107,41 @@ def move_due() -> int:
     return moved
 
 
-def slow_tick() -> int:
+@dataclass(frozen=True)
+class Pass:
+    """What one pass of the scheduler did."""
+
+    #: slow tier: due retries promoted in Postgres
+    promoted: int = 0
+    #: slow tier: entries copied into the scheduled sets
+    loaded: int = 0
+    #: fast tier: entries moved into the lanes, plus the due retries it promoted
+    moved: int = 0
+
+    @property
+    def handled(self) -> int:
+        return self.promoted + self.loaded + self.moved
+
+    @property
+    def full_batch(self) -> bool:
+        """A full promotion batch: more retries are due, so the slow tier should run again at once."""
+        return self.promoted >= PROMOTE_BATCH
+
+
+def slow_tier() -> Pass:
     """Postgres first (it must work without Redis), then the Redis copy."""
-    handled = promote_due()
+    promoted = promote_due()
+    loaded = 0
     try:
-        handled += load_due_soon()
+        loaded = load_due_soon()
         lanes.drop_idle_scheduled_queues(lanes.scheduled_queues())
     except redis.RedisError as exc:
         logger.warning("redis unavailable: scheduled sets not loaded: %s", exc, extra={"event": "schedule.redis_down"})
-    return handled
+    return Pass(promoted=promoted, loaded=loaded)
+
+
+def slow_tick() -> int:
+    return slow_tier().handled
 
 
 def fast_tick() -> int:
@@ -117,3 +150,8 @@ def fast_tick() -> int:
     except redis.RedisError:
         # Claims fall back to Postgres meanwhile; the slow tier still promotes retries.
         return 0
+
+
+def run_once(*, slow: bool) -> Pass:
+    """One pass: the slow tier when it is due, then the fast tier."""
+    return replace(slow_tier() if slow else Pass(), moved=fast_tick())

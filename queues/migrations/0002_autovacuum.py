@@ -1,5 +1,5 @@
 """Vacuum the task tables early: their rows churn through every status, and
-dead tuples in the ready index slow every claim (see README, Performance)."""
+dead tuples in the ready index slow every claim (see docs/performance.md)."""
 
 from django.db import migrations
 

@@ -19,14 +19,14 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-PYTHON = sys.executable
-LOOPS = ("run_scheduler", "run_dispatcher", "run_watchdog")
+from taskforge.dev import launcher
+
+ROOT = launcher.ROOT
 STOP_GRACE_SECONDS = 20
 
 
 def _manage(*args: str, env: dict[str, str]) -> None:
-    subprocess.run([PYTHON, "manage.py", *args], cwd=ROOT, env=env, check=True)
+    subprocess.run(launcher.manage_py(*args), cwd=ROOT, env=env, check=True)
 
 
 def main() -> int:
@@ -55,9 +55,11 @@ def main() -> int:
         _manage("collectstatic", "--no-input", "-v", "0", env=env)
         _manage("ensure_admin", "--credentials-file", str(home / "credentials.json"), env=env)
         port = env.setdefault("PORT", "8080")
-        children.append(subprocess.Popen([PYTHON, "-m", "gunicorn", "taskforge.asgi:application"], cwd=ROOT, env=env))
-        for loop in LOOPS:
-            children.append(subprocess.Popen([PYTHON, "manage.py", loop], cwd=ROOT, env=env))
+        api = launcher.api_server(port=int(port))
+        children.append(launcher.spawn(api.argv, api.environ(env)))
+        for command in launcher.LOOPS:
+            loop = launcher.loop(command)
+            children.append(launcher.spawn(loop.argv, loop.environ(env)))
         workers = int(env.get("WORKERS", "0") or 0)
         # The demo workers use the admin key ensure_admin keeps (admin may call the worker protocol);
         # it holds a "(kept from an earlier start...)" note instead when the database outlived .taskforge/.
@@ -74,21 +76,10 @@ def main() -> int:
                 "TASKFORGE_API_KEY": worker_key,
             }
             for number in range(workers):
-                children.append(
-                    subprocess.Popen(
-                        [
-                            PYTHON,
-                            "-m",
-                            "workers",
-                            "--handler",
-                            "workers.demo:handle",
-                            "--worker-id",
-                            f"demo-worker-{number + 1}",
-                        ],
-                        cwd=ROOT,
-                        env=worker_env,
-                    )
+                worker = launcher.reference_worker(
+                    handler="taskforge_client.demo:handle", worker_id=f"demo-worker-{number + 1}"
                 )
+                children.append(launcher.spawn(worker.argv, worker.environ(worker_env)))
         print(f"TaskForge is serving on http://127.0.0.1:{port} (admin: /admin/). Ctrl-C stops it.", flush=True)
         while not stopping:
             if any(child.poll() is not None for child in children):
@@ -96,15 +87,7 @@ def main() -> int:
                 break
             time.sleep(0.2)
     finally:
-        for child in children:
-            if child.poll() is None:
-                child.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + STOP_GRACE_SECONDS
-        for child in children:
-            try:
-                child.wait(max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                child.kill()
+        launcher.terminate_all(children, grace=STOP_GRACE_SECONDS)
         if services is not None:
             services.stop()
     return 0

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NoReturn
 
 from rest_framework.exceptions import NotFound
 from rest_framework.request import Request
@@ -13,7 +13,7 @@ class UnknownPathView(APIView):
     roles: dict[str, str] = {}
     schema = None  # not part of the API
 
-    def _not_found(self, request: Request, *args: Any, **kwargs: Any) -> None:
+    def _not_found(self, request: Request, *args: Any, **kwargs: Any) -> NoReturn:
         raise NotFound("no such endpoint")
 
     get = post = put = patch = delete = head = options = _not_found

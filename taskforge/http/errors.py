@@ -79,8 +79,18 @@ def _validation_message(fields: dict[str, list[str]]) -> str:
 
 
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response:
+    status, body, headers = error_answer(exc)
+    return Response(body, status=status, headers=headers)
+
+
+def error_answer(exc: Exception) -> tuple[int, dict[str, Any], dict[str, str]]:
+    """The status, body and extra headers that answer ``exc``, wherever it was raised.
+
+    DRF views reach it through :func:`exception_handler`; the lean edge
+    (``taskforge.http.lean``) calls it directly, so both answer alike.
+    """
     if isinstance(exc, DomainError):
-        return Response(error_body(exc.code, exc.message), status=exc.status_code)
+        return exc.status_code, error_body(exc.code, exc.message), {}
     if isinstance(exc, Http404):
         exc = drf.NotFound()
     elif isinstance(exc, PermissionDenied):
@@ -90,28 +100,19 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response:
             assert isinstance(exc, drf.APIException)
             if isinstance(exc, drf.ValidationError):
                 fields = flatten_fields(exc.detail)
-                return Response(error_body(code, _validation_message(fields), fields), status=status)
-            response = Response(error_body(code, str(exc.detail)), status=status)
+                return status, error_body(code, _validation_message(fields), fields), {}
             # A 401 must say how to authenticate (RFC 9110); DRF's own handler sets this too.
-            if getattr(exc, "auth_header", None):
-                response["WWW-Authenticate"] = exc.auth_header
-            return response
+            auth_header = getattr(exc, "auth_header", None)
+            return status, error_body(code, str(exc.detail)), {"WWW-Authenticate": auth_header} if auth_header else {}
     if isinstance(exc, drf.APIException):
-        return Response(
-            error_body(getattr(exc, "default_code", "error"), str(exc.detail)),
-            status=exc.status_code,
-        )
+        return exc.status_code, error_body(getattr(exc, "default_code", "error"), str(exc.detail)), {}
     if isinstance(exc, (db.OperationalError, db.InterfaceError)):
         # Postgres restarting, a connection cut, a statement or lock timeout:
         # the request can be repeated, so say so (clients retry 503, not 500).
         logger.warning("database unavailable: %s", exc, extra={"event": "db.unavailable"})
-        return Response(
-            error_body("unavailable", "the database is unavailable; retry shortly"),
-            status=503,
-            headers={"Retry-After": "1"},
-        )
+        return 503, error_body("unavailable", "the database is unavailable; retry shortly"), {"Retry-After": "1"}
     logger.exception("unhandled error", exc_info=exc)
-    return Response(error_body("internal_error", "internal server error"), status=500)
+    return 500, error_body("internal_error", "internal server error"), {}
 
 
 # Plain Django handlers for errors raised outside DRF views.

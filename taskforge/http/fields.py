@@ -46,7 +46,7 @@ class StrictUUIDField(serializers.UUIDField):
         return super().to_internal_value(data)
 
 
-class JSONObjectField(serializers.Field):
+class JSONObjectField(serializers.Field):  # type: ignore[type-arg]  # DRF's classes are generic in its stubs only
     default_error_messages = {"invalid": "Must be a JSON object."}
 
     def to_internal_value(self, data: Any) -> dict[str, Any]:
@@ -74,7 +74,7 @@ def parse_aware_datetime(value: Any) -> datetime:
         return (datetime.min if parsed.year == 1 else datetime.max).replace(tzinfo=UTC)
 
 
-class AwareDateTimeField(serializers.Field):
+class AwareDateTimeField(serializers.Field):  # type: ignore[type-arg]  # DRF's classes are generic in its stubs only
     default_error_messages = {
         "invalid": "Must be an ISO 8601 timestamp with an explicit offset, e.g. 2026-05-20T12:00:00Z."
     }
@@ -90,7 +90,7 @@ class AwareDateTimeField(serializers.Field):
         return value
 
 
-class StrictSerializer(serializers.Serializer):
+class StrictSerializer(serializers.Serializer):  # type: ignore[type-arg]  # DRF's classes are generic in its stubs only
     """Refuses a non-object body and any field it does not declare."""
 
     def to_internal_value(self, data: Any) -> Any:

@@ -40,8 +40,7 @@ class RequestIdMiddleware:
         self.get_response = get_response
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
-        offered = request.headers.get("X-Request-ID", "")
-        request_id = offered if _REQUEST_ID.match(offered) else uuid.uuid4().hex
+        request_id = request_id_for(request.headers.get("X-Request-ID", ""))
         token = request_id_var.set(request_id)
         started = time.perf_counter()
         try:
@@ -50,26 +49,30 @@ class RequestIdMiddleware:
             response["X-Request-ID"] = request_id
             if getattr(response, "not_for_the_client", False):
                 return response  # an internal first attempt (workers.longpoll): the real answer is logged
-            duration_ms = round((time.perf_counter() - started) * 1000, 1)
-            # A 5xx is something to look at; everything else is routine.
-            access_log.log(
-                logging.WARNING if response.status_code >= 500 else logging.INFO,
-                "%s %s %s (%.1f ms)",
-                request.method,
-                request.path,
-                response.status_code,
-                duration_ms,
-                extra={
-                    "event": "http.request",
-                    "method": request.method,
-                    "path": request.path,
-                    "status": response.status_code,
-                    "duration_ms": duration_ms,
-                },
-            )
+            log_access(request.method or "", request.path, response.status_code, started)
             return response
         finally:
             request_id_var.reset(token)
+
+
+def request_id_for(offered: str) -> str:
+    """The id of a request: the client's own if it is a sane one, else a new one."""
+    return offered if _REQUEST_ID.match(offered) else uuid.uuid4().hex
+
+
+def log_access(method: str, path: str, status: int, started: float) -> None:
+    """The access log line of one answered request (``started``: its ``time.perf_counter()``)."""
+    duration_ms = round((time.perf_counter() - started) * 1000, 1)
+    # A 5xx is something to look at; everything else is routine.
+    access_log.log(
+        logging.WARNING if status >= 500 else logging.INFO,
+        "%s %s %s (%.1f ms)",
+        method,
+        path,
+        status,
+        duration_ms,
+        extra={"event": "http.request", "method": method, "path": path, "status": status, "duration_ms": duration_ms},
+    )
 
 
 def _refuse(status: int, code: str, message: str) -> JsonResponse:
@@ -91,7 +94,7 @@ class BodyLimitMiddleware:
         limit = settings.TASKFORGE_MAX_PAYLOAD_BYTES
         encoding = request.headers.get("Content-Encoding", "").strip().lower()
         if encoding and encoding != "identity":
-            return _refuse(415, "unsupported_media_type", f"Content-Encoding {encoding!r} is not accepted")
+            return unreadable_body(encoding, "", b"")
         declared = request.META.get("CONTENT_LENGTH") or ""
         try:
             declared_length = int(declared) if declared else None
@@ -103,11 +106,20 @@ class BodyLimitMiddleware:
         body = request.read(limit + 1)
         if len(body) > limit:
             return _refuse(413, "payload_too_large", f"request body exceeds {limit} bytes")
-        request._body = body  # type: ignore[attr-defined]  # later readers see the bytes we read
+        request._body = body  # later readers see the bytes we read
         request.META["CONTENT_LENGTH"] = str(len(body))
-        if body:
-            content_type = request.META.get("CONTENT_TYPE", "")
-            media_type = content_type.split(";")[0].strip().lower()
-            if media_type != "application/json":
-                return _refuse(415, "unsupported_media_type", "request bodies must be application/json")
-        return None
+        return unreadable_body(encoding, request.META.get("CONTENT_TYPE", ""), body)
+
+
+def unreadable_body(content_encoding: str, content_type: str, body: bytes) -> JsonResponse | None:
+    """The 415 for a body (whole, within the cap) TaskForge cannot read, else None.
+
+    ``content_encoding`` as sent, lower-cased and stripped.
+    """
+    if content_encoding and content_encoding != "identity":
+        return _refuse(415, "unsupported_media_type", f"Content-Encoding {content_encoding!r} is not accepted")
+    if body:
+        media_type = content_type.split(";")[0].strip().lower()
+        if media_type != "application/json":
+            return _refuse(415, "unsupported_media_type", "request bodies must be application/json")
+    return None

@@ -2,6 +2,9 @@
 
 * Paths as the contract writes them (``/queues/{name}``): the URL patterns
   accept an optional trailing slash, which the generator spells as one.
+* Who may call each operation, in the words of the view's own permission
+  classes (``openapi_description(view_class, method)``, e.g. the role check
+  reading the view's declared roles): written once, where it is enforced.
 * Request bodies refuse unknown fields (``StrictSerializer``), so their
   schemas say ``additionalProperties: false``.
 * The operational endpoints are plain Django views outside DRF; they are
@@ -10,6 +13,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 _ERROR = {"$ref": "#/components/schemas/Error"}
@@ -105,8 +109,37 @@ _SCHEMES = {
 }
 
 
+def _contract_path(generated: str) -> str:
+    return generated.rstrip("/") or "/"
+
+
+def _permission_notes(view_class: type, method: str) -> list[str]:
+    notes = []
+    for permission in getattr(view_class, "permission_classes", ()):
+        describe = getattr(permission, "openapi_description", None)
+        note = describe(view_class, method) if describe is not None else None
+        if note:
+            notes.append(note)
+    return notes
+
+
+def _describe_permissions(paths: dict[str, Any], endpoints: Iterable[tuple[str, str, str, Any]]) -> None:
+    """Append each operation's permission notes to its description (once per operation)."""
+    described: set[tuple[str, str]] = set()
+    for generated_path, _regex, method, callback in endpoints:
+        path, view_class = _contract_path(generated_path), getattr(callback, "cls", None)
+        operation = paths.get(path, {}).get(method.lower())
+        if view_class is None or operation is None or (path, method) in described:
+            continue
+        described.add((path, method))
+        text = "\n\n".join(filter(None, [operation.get("description"), *_permission_notes(view_class, method)]))
+        if text:
+            operation["description"] = text
+
+
 def postprocess(result: dict[str, Any], generator: Any, request: Any, public: bool) -> dict[str, Any]:
-    paths = {path.rstrip("/") or "/": item for path, item in result.get("paths", {}).items()}
+    paths = {_contract_path(path): item for path, item in result.get("paths", {}).items()}
+    _describe_permissions(paths, generator.endpoints or ())
     paths.update(_OPERATIONS)
     result["paths"] = dict(sorted(paths.items()))
     components = result.setdefault("components", {})

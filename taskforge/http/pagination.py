@@ -6,8 +6,8 @@ import base64
 import binascii
 import re
 import uuid
+from collections.abc import Mapping
 from datetime import datetime
-from typing import Any
 
 import orjson
 from rest_framework.exceptions import ValidationError
@@ -40,7 +40,7 @@ class QueryParams:
     such as ``?stauts=dead`` must not silently list everything.
     """
 
-    def __init__(self, params: Any, allowed: frozenset[str] | set[str]) -> None:
+    def __init__(self, params: Mapping[str, str], allowed: frozenset[str] | set[str]) -> None:
         self.params = params
         unknown = sorted(set(params) - set(allowed))
         if unknown:

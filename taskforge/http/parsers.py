@@ -54,7 +54,7 @@ class StrictJSONParser(BaseParser):
     def parse(self, stream: Any, media_type: str | None = None, parser_context: Any = None) -> dict[str, Any]:
         charset = _charset(media_type or "")
         if charset not in (None, "utf-8", "utf8"):
-            raise UnsupportedMediaType(media_type)
+            raise UnsupportedMediaType(media_type or "")
         raw = stream.read() if stream is not None else b""
         if not raw:
             raise ParseError("the request body is empty; a JSON object is expected")

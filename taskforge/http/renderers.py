@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 import orjson
 from rest_framework.negotiation import DefaultContentNegotiation
 from rest_framework.renderers import BaseRenderer
+from rest_framework.request import Request
 
 
 class FastJSONRenderer(BaseRenderer):
@@ -29,7 +31,10 @@ class JSONNegotiation(DefaultContentNegotiation):
     OpenAPI schema: YAML or JSON) still negotiate.
     """
 
-    def select_renderer(self, request: Any, renderers: list[Any], format_suffix: str | None = None) -> Any:
-        if len(renderers) == 1:
-            return renderers[0], renderers[0].media_type
-        return super().select_renderer(request, renderers, format_suffix)
+    def select_renderer(
+        self, request: Request, renderers: Iterable[BaseRenderer], format_suffix: str | None = None
+    ) -> Any:
+        offered = list(renderers)  # DRF passes a list; the signature is its base class's
+        if len(offered) == 1:
+            return offered[0], offered[0].media_type
+        return super().select_renderer(request, offered, format_suffix)

@@ -20,6 +20,7 @@ import logging
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import redis
 from django.db import transaction
@@ -39,7 +40,7 @@ _OUTSIDE_REQUEST = object()
 _NOT_READ_YET = object()
 # The generation read in this request (outside a request: read at every lookup).
 _request_generation: contextvars.ContextVar[object] = contextvars.ContextVar("tf_generation", default=_OUTSIDE_REQUEST)
-_caches: list[RowCache] = []
+_caches: list[RowCache[Any]] = []
 
 
 class RowCache[T]:
@@ -80,6 +81,7 @@ def current_generation() -> object:
     memo = _request_generation.get()
     if memo is not _OUTSIDE_REQUEST and memo is not _NOT_READ_YET:
         return memo
+    generation: object
     try:
         generation = redis_client().get(GENERATION_KEY)
     except redis.RedisError:

@@ -26,7 +26,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import redis
 from asgiref.sync import sync_to_async
@@ -37,6 +37,9 @@ from django.dispatch import receiver
 from django.http import HttpRequest
 
 from taskforge.infra.redis import redis_client
+
+if TYPE_CHECKING:
+    from django.contrib.auth.models import User
 
 MAX_FAILURES = 5
 WINDOW_SECONDS = 300
@@ -119,13 +122,17 @@ def _refuse_if_throttled(request: HttpRequest | None, username: str | None) -> N
 class ThrottledModelBackend(ModelBackend):
     """``ModelBackend`` that refuses a throttled username + address before checking the password."""
 
-    def authenticate(self, request: HttpRequest | None, username: str | None = None, **kwargs: Any) -> Any:
+    def authenticate(
+        self, request: HttpRequest | None, username: str | None = None, password: str | None = None, **kwargs: Any
+    ) -> User | None:
         _refuse_if_throttled(request, username if username is not None else kwargs.get("username"))
-        return super().authenticate(request, username=username, **kwargs)
+        return super().authenticate(request, username=username, password=password, **kwargs)
 
-    async def aauthenticate(self, request: HttpRequest | None, username: str | None = None, **kwargs: Any) -> Any:
+    async def aauthenticate(
+        self, request: HttpRequest | None, username: str | None = None, password: str | None = None, **kwargs: Any
+    ) -> User | None:
         await sync_to_async(_refuse_if_throttled)(request, username if username is not None else kwargs.get("username"))
-        return await super().aauthenticate(request, username=username, **kwargs)
+        return await super().aauthenticate(request, username=username, password=password, **kwargs)
 
 
 @receiver(user_login_failed, dispatch_uid="taskforge.ops.login_throttle.failed")

@@ -30,9 +30,9 @@ def register(collector: Any) -> None:
 def render_metrics() -> tuple[bytes, str]:
     registry = CollectorRegistry()
     if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
-        MultiProcessCollector(registry)
+        MultiProcessCollector(registry)  # type: ignore[no-untyped-call]  # unannotated in prometheus_client
     else:
-        registry.register(REGISTRY)  # type: ignore[arg-type]
+        registry.register(REGISTRY)
     for collector in _collectors:
         registry.register(collector)
     return generate_latest(registry), CONTENT_TYPE_LATEST

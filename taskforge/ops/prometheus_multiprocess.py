@@ -36,7 +36,8 @@ def child_exit(server: object, worker: object) -> None:
     from prometheus_client import multiprocess
 
     # Drops the dead process's live gauges; its counters are kept and still summed.
-    multiprocess.mark_process_dead(worker.pid)  # type: ignore[attr-defined]
+    # (gunicorn's Worker has a pid; prometheus_client's multiprocess module is unannotated.)
+    multiprocess.mark_process_dead(worker.pid)  # type: ignore[attr-defined, no-untyped-call]
 
 
 def on_exit(server: object) -> None:

@@ -1,10 +1,8 @@
-"""Keep the Redis priority lanes filled from Postgres (see queues.dispatch.refill_lanes)."""
+"""Keep the Redis priority lanes filled from Postgres (see queues.loops.dispatcher)."""
 
 from __future__ import annotations
 
-import redis
-
-from queues import dispatch
+from queues.loops import dispatcher
 from taskforge.infra.loop import LoopCommand
 
 
@@ -14,12 +12,4 @@ class Command(LoopCommand):
     interval = 1.0
 
     def tick(self) -> int:
-        try:
-            return dispatch.refill_lanes()
-        except redis.RedisError as exc:
-            # Not an error backoff: claims use Postgres meanwhile, and the lanes must be
-            # rebuilt within a tick of Redis coming back.
-            self.logger.warning(
-                "redis unavailable: lanes not refilled: %s", exc, extra={"event": "dispatch.redis_down"}
-            )
-            return 0
+        return dispatcher.run_once()

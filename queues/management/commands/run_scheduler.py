@@ -9,28 +9,24 @@ from django.conf import settings
 from queues.loops import scheduler
 from taskforge.infra.loop import LoopCommand
 
-#: The fast tier's period: Redis only, so it can run far more often than the Postgres tick.
-FAST_TICK_SECONDS = 0.05
-
 
 class Command(LoopCommand):
     help = "Run the scheduler loop: promote due retries, move due tasks into the dispatch lanes."
     loop_name = "scheduler"
-    interval = FAST_TICK_SECONDS
-    _next_slow_tick = 0.0
+    interval = scheduler.FAST_TICK_SECONDS
+    next_slow_tier = 0.0  # time.monotonic() when the Postgres tier is due
+    last = scheduler.Pass()
 
     def tick(self) -> int:
-        handled = 0
         now = time.monotonic()
-        if now >= self._next_slow_tick:
-            self._next_slow_tick = now + settings.TASKFORGE_SCHEDULER_TICK
-            self._promoted = handled = scheduler.slow_tick()
-        return handled + scheduler.fast_tick()
+        slow = now >= self.next_slow_tier
+        if slow:
+            self.next_slow_tier = now + settings.TASKFORGE_SCHEDULER_TICK
+        self.last = scheduler.run_once(slow=slow)
+        return self.last.handled
 
     def more_work_pending(self, handled: int) -> bool:
-        # A full promotion batch: more retries are due, do the slow tier again at once.
-        if getattr(self, "_promoted", 0) >= scheduler.PROMOTE_BATCH:
-            self._next_slow_tick = 0.0
-            self._promoted = 0
+        if self.last.full_batch:  # more retries are due: the slow tier again at once
+            self.next_slow_tier = 0.0
             return True
         return False

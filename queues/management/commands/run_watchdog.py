@@ -1,40 +1,25 @@
-"""Expire lapsed leases (failed attempts) and prune old finished tasks."""
+"""Expire lapsed leases (failed attempts) and prune old finished tasks (see queues.loops.watchdog)."""
 
 from __future__ import annotations
 
-import logging
-
 from django.conf import settings
 
-from queues import lifecycle
+from queues.loops import watchdog
 from taskforge.infra.loop import LoopCommand
-
-EXPIRE_BATCH = 500
-PRUNE_BATCH = 1000
-
-# The loop's own logger, at module level: tick() is also called directly (tests, --once),
-# before handle() has set self.logger.
-logger = logging.getLogger("taskforge.loops.watchdog")
 
 
 class Command(LoopCommand):
     help = "Run the watchdog loop: reclaim tasks whose lease expired, prune finished tasks."
     loop_name = "watchdog"
+    last = watchdog.Sweep(expired=0, pruned=0)
 
     @property
     def interval(self) -> float:  # type: ignore[override]
         return float(settings.TASKFORGE_WATCHDOG_INTERVAL)
 
     def tick(self) -> int:
-        self.last_expired = lifecycle.expire_leases(EXPIRE_BATCH)
-        self.last_pruned = lifecycle.prune_finished(PRUNE_BATCH)
-        if self.last_expired:
-            logger.warning(
-                "reclaimed %d task(s) whose lease expired",
-                self.last_expired,
-                extra={"event": "watchdog.expired", "count": self.last_expired},
-            )
-        return self.last_expired + self.last_pruned
+        self.last = watchdog.run_once()
+        return self.last.handled
 
     def more_work_pending(self, handled: int) -> bool:
-        return self.last_expired >= EXPIRE_BATCH or self.last_pruned >= PRUNE_BATCH
+        return self.last.full_batch

@@ -12,6 +12,7 @@ import pytest
 from django.core.management import call_command
 from django.utils import timezone
 
+from queues.loops import scheduler, watchdog
 from queues.management.commands import run_dispatcher, run_scheduler, run_watchdog
 from queues.models import DeadLetterTask, Status, Task, TaskEvent
 from taskforge.infra.loop import LoopCommand
@@ -46,6 +47,24 @@ def test_scheduler_once():
     call_command("run_scheduler", "--once")
     task.refresh_from_db()
     assert task.status == Status.PENDING
+
+
+@pytest.mark.django_db(transaction=True)  # real commits: the scheduler's queries use Postgres' now()
+def test_scheduler_runs_its_postgres_tier_again_at_once_only_after_a_full_promotion_batch(monkeypatch):
+    monkeypatch.setattr(scheduler, "PROMOTE_BATCH", 2)
+    queue = QueueFactory(name="batch")
+    TaskFactory.create_batch(3, queue=queue, scheduled_at=timezone.now() + timedelta(seconds=1))
+    command = run_scheduler.Command()
+    assert command.tick() == 3  # three loaded into the scheduled set: not a promotion batch
+    assert not command.more_work_pending(3)
+    TaskFactory.create_batch(3, queue=queue, retry_due=True)
+    command.next_slow_tier = 0.0
+    command.tick()
+    assert command.last.promoted == 2
+    assert command.more_work_pending(command.last.handled)  # more retries may be due
+    command.tick()
+    assert not command.more_work_pending(command.last.handled)
+    assert set(Task.objects.values_list("status", flat=True)) == {Status.PENDING}
 
 
 # --- watchdog ------------------------------------------------------------------------------------
@@ -88,6 +107,16 @@ def test_watchdog_tick_prunes_finished_tasks_past_retention(settings):
     assert remaining == {kept_done.id, kept_dead.id, kept_pending.id}
     assert old_cancelled.id not in remaining
     assert not TaskEvent.objects.filter(task_id=old_done.id).exists()
+
+
+@pytest.mark.django_db
+def test_watchdog_passes_again_at_once_after_a_full_batch(monkeypatch):
+    monkeypatch.setattr(watchdog, "EXPIRE_BATCH", 2)
+    TaskFactory.create_batch(3, queue=QueueFactory(name="wd"), expired_lease=True)
+    assert watchdog.run_once() == watchdog.Sweep(expired=2, pruned=0)
+    command = run_watchdog.Command()
+    assert command.tick() == 1
+    assert not command.more_work_pending(1)
 
 
 @pytest.mark.django_db

@@ -5,7 +5,7 @@ because the live overview needs the ASGI stream. Tasks are enqueued, claimed,
 acked and killed through the HTTP API while the browser watches.
 
 Screenshots go to ``docs/screenshots/<page>.tmp.png`` (ignored by git); the
-README's images are copies of a good run.
+docs' images are copies of a good run.
 """
 
 from __future__ import annotations

@@ -144,32 +144,3 @@ def test_text_log_format_is_for_people(live_stack) -> None:  # type: ignore[no-u
     assert all(TEXT_LINE.match(line) for line in lines), lines
     assert any(re.search(r"WARNING +taskforge\.loops\.watchdog reclaimed 1 task", line) for line in lines)
     assert any(re.search(r"INFO +taskforge\.transitions task \S+ executing -> retry in mail", line) for line in lines)
-
-
-@pytest.mark.parametrize("formatter_name", ["json", "text"])
-def test_a_batch_record_writes_the_lines_single_records_would(formatter_name):
-    """observe.transitions logs a batch as one record: the output must not tell the difference."""
-    import logging.config
-
-    from django.conf import settings
-
-    config = settings.LOGGING["formatters"][formatter_name]
-    factory = logging.config.DictConfigurator({}).configure_custom  # the same construction as settings
-    formatter = factory(dict(config))
-    entries = [
-        (f"task t{n} pending -> claimed in q ({n}.0 ms)", {"event": "task.transition", "task_id": f"t{n}", "n": n})
-        for n in range(3)
-    ]
-
-    def record(msg: str, extra: dict) -> logging.LogRecord:
-        made = logging.getLogger("taskforge.transitions").makeRecord(
-            "taskforge.transitions", logging.INFO, __file__, 1, msg, (), None, extra={**extra, "request_id": "r1"}
-        )
-        made.created = 1_700_000_000.123
-        return made
-
-    singles = [formatter.format(record(message, fields)) for message, fields in entries]
-    batched = formatter.format(record("3 line(s)", {"batch": entries}))
-    assert batched.split("\n") == singles
-    if formatter_name == "json":
-        assert [json.loads(line)["n"] for line in singles] == [0, 1, 2]

@@ -73,7 +73,7 @@ def test_counters_and_histogram_follow_every_kind_of_finish(run_on_commit) -> No
     run_on_commit(lifecycle.nack, killed, worker_id="w-1", error="bad input", retry=False)
     _expire_lease(expired)
     assert run_on_commit(lifecycle.expire_leases) == 1
-    (waiting,) = lifecycle._rows("SELECT id FROM tf_task WHERE queue_id = %s AND status = 'pending'", [queue.id])
+    (waiting,) = lifecycle.fetch_rows("SELECT id FROM tf_task WHERE queue_id = %s AND status = 'pending'", [queue.id])
     run_on_commit(lifecycle.cancel, queue, waiting["id"])
 
     samples = scrape()
@@ -134,7 +134,7 @@ def test_redis_down_never_fails_a_transition_and_counts_catch_up(
             assert created and row["status"] == Status.PENDING
     warnings = [r for r in caplog.records if getattr(r, "event", None) == "metrics.write_failed"]
     assert len(warnings) == 1, "one warning per minute, not one per transition"
-    assert lifecycle._rows("SELECT count(*) AS n FROM tf_task", [])[0]["n"] == 3
+    assert lifecycle.fetch_rows("SELECT count(*) AS n FROM tf_task", [])[0]["n"] == 3
 
     # /metrics still answers (gauges from Postgres) while the counters are unreachable.
     samples = scrape()

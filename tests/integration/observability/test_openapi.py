@@ -1,23 +1,28 @@
 """/api/schema is valid OpenAPI 3, covers the whole contract, and tells the truth.
 
 The contract's endpoint list is written out here (it is the API.md tables);
-real responses of a full task life are validated against the schema.
+real responses of a full task life are validated against the schema; the
+roles it documents are the ones the views declare (and the role check reads).
 """
 
 from __future__ import annotations
 
 import json
 import re
+import uuid
 from typing import Any
 
 import pytest
 from django.contrib.staticfiles import finders
 from django.test import Client
+from drf_spectacular.generators import EndpointEnumerator
 from openapi_schema_validator import OAS30Validator, oas30_format_checker
 from openapi_spec_validator import validate as validate_spec
 
-from queues.api.openapi import ERROR_CODES
-from queues.models import Status
+from queues.api import outputs
+from queues.api.openapi_components import ERROR_CODES
+from queues.apikeys import HasRole
+from queues.models import ApiKey, DeadLetterTask, Queue, Status
 from tests.factories import QueueFactory, TaskFactory
 
 # Every endpoint of the HTTP contract, with its methods.
@@ -47,6 +52,32 @@ CONTRACT: dict[str, set[str]] = {
 }
 OPEN = {"/healthz", "/readyz", "/metrics", "/dashboard/stream"}
 HTTP_METHODS = {"get", "post", "put", "patch", "delete", "head", "options", "trace"}
+# The contract's role table (API.md); the views' declarations must agree with it.
+CONTRACT_ROLES: dict[tuple[str, str], str] = {
+    ("/queues", "post"): "admin",
+    ("/queues", "get"): "producer",
+    ("/queues/{}", "get"): "producer",
+    ("/queues/{}", "patch"): "admin",
+    ("/queues/{}", "delete"): "admin",
+    ("/queues/{}/purge", "post"): "admin",
+    ("/queues/{}/tasks", "post"): "producer",
+    ("/queues/{}/tasks/batch", "post"): "producer",
+    ("/queues/{}/tasks", "get"): "producer",
+    ("/queues/{}/tasks/{}", "get"): "producer",
+    ("/queues/{}/tasks/{}", "delete"): "producer",
+    ("/queues/{}/stats", "get"): "producer",
+    ("/queues/{}/dlq", "get"): "admin",
+    ("/queues/{}/dlq/{}/replay", "post"): "admin",
+    ("/queues/{}/dlq/replay", "post"): "admin",
+    ("/queues/{}/dlq/{}", "delete"): "admin",
+    ("/workers", "get"): "admin",
+    ("/workers/claim", "post"): "worker",
+    ("/workers/heartbeat", "post"): "worker",
+    ("/workers/ack", "post"): "worker",
+    ("/workers/ack/batch", "post"): "worker",
+    ("/workers/nack", "post"): "worker",
+    ("/workers/nack/batch", "post"): "worker",
+}
 
 
 def _schema_ref(response: dict[str, Any]) -> str | None:
@@ -55,6 +86,15 @@ def _schema_ref(response: dict[str, Any]) -> str | None:
 
 def _shape(path: str) -> str:
     return re.sub(r"\{[^}]+\}", "{}", path)
+
+
+def _api_views() -> dict[str, type]:
+    """Every DRF view of the apps' API (not the schema's own views), by its path as the document writes it."""
+    return {
+        path.rstrip("/"): callback.cls
+        for path, _, _, callback in EndpointEnumerator().get_api_endpoints()
+        if callback.cls.__module__.partition(".")[0] in {"queues", "workers"}
+    }
 
 
 @pytest.fixture(scope="module")
@@ -91,6 +131,59 @@ def test_bearer_scheme_on_every_keyed_endpoint(document: dict[str, Any]) -> None
             for status in ("401", "403"):
                 assert _schema_ref(operation["responses"][status]) == "#/components/schemas/Error", (path, method)
             assert "Role: `" in operation["description"], (path, method)
+
+
+def test_every_view_declares_a_valid_role_for_each_method_it_serves() -> None:
+    views = _api_views()
+    assert {_shape(path) for path in views} == {_shape(path) for path in CONTRACT if path not in OPEN}
+    for path, view_class in views.items():
+        served = {m.upper() for m in view_class.http_method_names if m not in {"head", "options"}}
+        served = {m for m in served if hasattr(view_class, m.lower())}
+        assert set(view_class.roles) == served, (path, view_class)
+        assert set(view_class.roles.values()) <= set(ApiKey.Role.values), (path, view_class)
+
+
+def test_declared_roles_are_the_contracts() -> None:
+    declared = {
+        (_shape(path), method.lower()): str(role)
+        for path, view_class in _api_views().items()
+        for method, role in view_class.roles.items()
+    }
+    assert declared == CONTRACT_ROLES
+
+
+def test_documented_role_of_every_operation_is_the_views_declared_role(document: dict[str, Any]) -> None:
+    views = _api_views()
+    documented_operations = 0
+    for path, item in document["paths"].items():
+        if path in OPEN:
+            continue
+        view_class = views[path]
+        for method, operation in item.items():
+            if method not in HTTP_METHODS:
+                continue
+            documented = re.findall(r"Role: `(\w+)`", operation["description"])
+            assert documented == [str(view_class.roles[method.upper()])], (path, method)
+            assert operation["description"].endswith(HasRole.openapi_description(view_class, method.upper())), (
+                path,
+                method,
+            )
+            documented_operations += 1
+    assert documented_operations == sum(len(view_class.roles) for view_class in views.values())
+
+
+def test_response_shapes_have_the_fields_the_views_render(document: dict[str, Any]) -> None:
+    """The shapes are written apart from ``queues.api.outputs``: they must name the same fields."""
+    schemas = document["components"]["schemas"]
+    task = {"queue", *outputs.TASK_FIELDS}
+    assert set(schemas["Task"]["properties"]) == task
+    assert set(schemas["ClaimedTask"]["properties"]) == task | {"lease_token", "lease_expires_at"}
+    assert set(schemas["TaskWithHistory"]["properties"]) == task | {"history"}
+    assert set(schemas["Queue"]["properties"]) == set(outputs.queue(Queue(name="q")))
+    event = dict.fromkeys(("at", "from_status", "to_status", "worker_id", "detail"))
+    assert set(schemas["HistoryEntry"]["properties"]) == set(outputs.history_entry(event))
+    entry = DeadLetterTask(task_id=uuid.uuid4(), payload={}, attempts=1, died_at=None)
+    assert set(schemas["DeadLetter"]["properties"]) == set(outputs.dead_letter(entry, "q"))
 
 
 def test_every_operation_has_its_bodies_and_errors(document: dict[str, Any]) -> None:

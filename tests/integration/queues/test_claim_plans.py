@@ -15,6 +15,7 @@ from django.conf import settings
 from django.db import connection
 
 from queues import lifecycle
+from queues.lifecycle import statements
 from tests.factories import QueueFactory
 
 pytestmark = pytest.mark.django_db(transaction=True)  # the tasks are committed, never analysed
@@ -75,18 +76,22 @@ def _picked_rows(plan: str) -> list[int]:
 
 def test_a_claim_by_id_probes_the_primary_key_once_per_id(backlog):
     queue, ids = backlog
-    sql = lifecycle._CLAIM.replace("{queue_filter}", lifecycle._ONE_QUEUE).replace(
-        "{source}", lifecycle._CLAIM_BY_ID_SOURCE
-    )
-    plan = _plan(sql, _params(queue, ids))
+    plan = _plan(statements.CLAIM_BY_IDS_FROM_ONE_QUEUE, _params(queue, ids))
     assert "tf_task_pkey" in plan.split("CTE moved")[0], plan
     assert max(_picked_rows(plan)) <= 1, plan  # one row per probe, never the backlog
 
 
+def test_a_claim_by_id_across_several_queues_still_probes_once_per_id(backlog):
+    queue, ids = backlog
+    other = QueueFactory(name="other")
+    plan = _plan(statements.CLAIM_BY_IDS_FROM_QUEUES, {**_params(queue, ids), "queue_ids": [queue.id, other.id]})
+    assert "tf_task_pkey" in plan.split("CTE moved")[0], plan
+    assert max(_picked_rows(plan)) <= 1, plan
+
+
 def test_a_one_queue_claim_stops_its_ordered_scan_at_the_limit(backlog):
     queue, _ = backlog
-    sql = lifecycle._CLAIM.replace("{queue_filter}", lifecycle._ONE_QUEUE).replace("{source}", "tf_task t")
-    plan = _plan(sql, _params(queue, []))
+    plan = _plan(statements.CLAIM_FROM_ONE_QUEUE, _params(queue, []))
     assert max(_picked_rows(plan)) <= 50, plan
 
 

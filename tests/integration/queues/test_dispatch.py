@@ -12,8 +12,8 @@ from django.db import transaction
 from django.utils import timezone
 
 import taskforge.infra.redis
-from queues import dispatch
 from queues.dispatch import lanes, outage
+from queues.loops import dispatcher
 from queues.management.commands.run_dispatcher import Command as DispatcherCommand
 from queues.models import Queue, Task
 from taskforge.infra.redis import redis_client
@@ -173,25 +173,25 @@ def small_lanes(monkeypatch):
     """Lanes of 50 ids, refilled below 10: the same rules on fewer rows."""
     monkeypatch.setattr(lanes, "LANE_CAPACITY", 50)
     monkeypatch.setattr(lanes, "LANE_LOW_WATER", 10)
-    monkeypatch.setattr(dispatch, "HEAD_REFRESH", 5)
+    monkeypatch.setattr(dispatcher, "HEAD_REFRESH", 5)
 
 
 def test_refill_buffers_due_tasks_up_to_capacity(queue, small_lanes):
     bulk_tasks(queue, lanes.LANE_CAPACITY + 50)
     TaskFactory(queue=queue, scheduled_at=timezone.now() + timedelta(hours=1))
-    assert dispatch.refill_lanes() == lanes.LANE_CAPACITY
+    assert dispatcher.refill_lanes() == lanes.LANE_CAPACITY
     assert len(lane()) == lanes.LANE_CAPACITY
-    assert dispatch.refill_lanes() == 0  # full: only the head is re-read, nothing new
+    assert dispatcher.refill_lanes() == 0  # full: only the head is re-read, nothing new
 
 
 def test_refill_tops_up_below_the_low_water_mark(producer, worker, queue, small_lanes):
     bulk_tasks(queue, lanes.LANE_CAPACITY + 200)
-    dispatch.refill_lanes()
+    dispatcher.refill_lanes()
     claimed = 0
     while len(lane()) >= lanes.LANE_LOW_WATER:
         claimed += len(claim(worker, queue="email_jobs", max_tasks=5))
     before = len(lane())
-    dispatch.refill_lanes()
+    dispatcher.refill_lanes()
     assert before < lanes.LANE_LOW_WATER < len(lane()) <= lanes.LANE_CAPACITY
     assert set(lane()).isdisjoint({str(t.id) for t in Task.objects.filter(status="claimed")})
     assert claimed == Task.objects.filter(status="claimed").count()
@@ -199,9 +199,9 @@ def test_refill_tops_up_below_the_low_water_mark(producer, worker, queue, small_
 
 def test_refill_puts_a_missing_high_priority_task_at_the_head(worker, queue, small_lanes):
     bulk_tasks(queue, lanes.LANE_CAPACITY, priority=5)
-    dispatch.refill_lanes()
+    dispatcher.refill_lanes()
     urgent = TaskFactory(queue=queue, priority=1, scheduled_at=PAST)  # never announced: only Postgres knows
-    dispatch.refill_lanes()
+    dispatcher.refill_lanes()
     assert lane()[0] == str(urgent.id)
     assert claim(worker, queue="email_jobs")[0]["id"] == str(urgent.id)
 
@@ -209,7 +209,7 @@ def test_refill_puts_a_missing_high_priority_task_at_the_head(worker, queue, sma
 def test_refill_skips_paused_queues(queue):
     TaskFactory.create_batch(3, queue=queue, scheduled_at=PAST)
     Queue.objects.filter(pk=queue.pk).update(paused=True)
-    assert dispatch.refill_lanes() == 0
+    assert dispatcher.refill_lanes() == 0
     assert lane() == []
 
 

@@ -229,7 +229,7 @@ def test_enqueue_records_history_and_returns_created_flags(queue):
 
 
 def test_nothing_outside_the_lifecycle_writes_status():
-    """``git grep`` for status writes: only the lifecycle package (and migrations/tests) may set it."""
+    """``git grep`` for status writes: only the lifecycle's statements (and migrations/tests) may set it."""
     import pathlib
     import re
 
@@ -241,7 +241,7 @@ def test_nothing_outside_the_lifecycle_writes_status():
     for app in ("taskforge", "queues", "workers", "dashboard"):
         for path in (root / app).rglob("*.py"):
             relative = path.relative_to(root).as_posix()
-            if "/migrations/" in relative or relative.startswith("queues/lifecycle/"):
+            if "/migrations/" in relative or relative == "queues/lifecycle/statements.py":
                 continue
             for number, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
                 if pattern.search(line):

@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 from queues.apikeys import create_key
+from taskforge_client import TaskForgeClient
 from tests.live import LiveStack
-from workers.client import TaskForgeClient
 
 # Short enough for quick tests, long enough that a loaded 2-core CI machine
 # still serves a heartbeat (sent every 0.5 s) before the lease runs out.
@@ -24,13 +24,16 @@ LEASE_SECONDS = 3
 # Shared by the API (lease length) and the watchdog (expiry sweep).
 SHORT_LEASES = {"TASKFORGE_HEARTBEAT_TIMEOUT": str(LEASE_SECONDS), "TASKFORGE_WATCHDOG_INTERVAL": "1"}
 
-# Runs ``python -m workers ARGS`` with every Django import refused: proves the
-# worker (client, runner, handler) needs nothing but the standard library and httpx.
+WORKER_MODULE = "taskforge_client.worker"
+# Runs ``python -m taskforge_client.worker ARGS`` with every Django import (and the
+# server's packages) refused: the worker, its client and the test handlers need
+# nothing but the standard library and httpx. (That the installed wheel runs in a
+# virtualenv without Django is tests/system/test_client_package.py.)
 WITHOUT_DJANGO = """
 import runpy, sys
 
 class RefuseDjango:
-    BLOCKED = ("django", "rest_framework", "taskforge", "queues", "dashboard")
+    BLOCKED = ("django", "rest_framework", "taskforge", "queues", "workers", "dashboard")
 
     def find_spec(self, name, path=None, target=None):
         if name.partition(".")[0] in self.BLOCKED:
@@ -38,8 +41,8 @@ class RefuseDjango:
         return None
 
 sys.meta_path.insert(0, RefuseDjango())
-sys.argv = ["workers", *sys.argv[1:]]
-runpy.run_module("workers", run_name="__main__", alter_sys=True)
+sys.argv = ["taskforge_client.worker", *sys.argv[1:]]
+runpy.run_module("taskforge_client.worker", run_name="__main__", alter_sys=True)
 """
 
 
@@ -105,7 +108,7 @@ class TaskForge:
             "DJANGO_SETTINGS_MODULE": "",
             **(env or {}),
         }
-        command = [sys.executable, "-m", "workers"] if django else [sys.executable, "-c", WITHOUT_DJANGO]
+        command = [sys.executable, "-m", WORKER_MODULE] if django else [sys.executable, "-c", WITHOUT_DJANGO]
         process = self.stack.start([*command, *argv], f"worker-{worker_id}", extra)
         return Worker(process, self.stack.logs[-1], worker_id)
 

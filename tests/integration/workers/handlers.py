@@ -1,6 +1,6 @@
 """Handlers the live worker tests run (``--handler tests.integration.workers.handlers:handle``).
 
-Standard library and ``workers.errors`` only: the tests run the worker with
+Standard library and ``taskforge_client`` only: the tests run the worker with
 Django imports blocked. ``payload["mode"]`` picks the behaviour.
 """
 
@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from workers.errors import Fail, Retry
+from taskforge_client import Fail, Retry
 
 
 class FlakyError(RuntimeError):

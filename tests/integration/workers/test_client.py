@@ -1,5 +1,8 @@
-"""The Python client against a live TaskForge API (real Postgres and Redis), its
-error mapping and retry policy, and that it needs no Django."""
+"""The Python client against a live TaskForge API (real Postgres and Redis).
+
+Its request shapes, error mapping and retry policy against an in-memory
+transport are in tests/unit/client/test_client.py.
+"""
 
 from __future__ import annotations
 
@@ -7,19 +10,12 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-import httpx
 import pytest
 
-from tests.factories import QueueFactory
-from tests.integration.workers.conftest import WITHOUT_DJANGO, transitions
-from tests.live import ROOT, free_port
-from workers.client import (
+from taskforge_client import (
     Conflict,
-    ConnectionFailed,
     Forbidden,
     LeaseLost,
     NotFound,
@@ -27,9 +23,11 @@ from workers.client import (
     TaskForgeClient,
     TaskForgeError,
     Unauthorized,
-    Unavailable,
     ValidationError,
 )
+from tests.factories import QueueFactory
+from tests.integration.workers.conftest import WITHOUT_DJANGO, transitions
+from tests.live import ROOT
 
 
 def live(test):  # type: ignore[no-untyped-def]
@@ -37,21 +35,19 @@ def live(test):  # type: ignore[no-untyped-def]
     return pytest.mark.slow(pytest.mark.django_db(transaction=True)(test))
 
 
-def test_worker_modules_import_and_run_without_django():
-    script = WITHOUT_DJANGO.replace(
-        'runpy.run_module("workers", run_name="__main__", alter_sys=True)',
-        "import workers.client, workers.runner, workers.demo, workers.errors\n"
-        "assert not any(m.partition('.')[0] == 'django' for m in sys.modules), sorted(sys.modules)\n"
-        'runpy.run_module("workers", run_name="__main__", alter_sys=True)',
-    )
+def test_the_worker_runs_under_the_django_blocker_and_the_blocker_refuses_django():
+    """The live worker tests run the worker under WITHOUT_DJANGO: the blocker must be doing its job.
+
+    That the installed package needs no Django at all is checked against the
+    built wheel, in a virtualenv without Django: tests/system/test_client_package.py.
+    """
     done = subprocess.run(
-        [sys.executable, "-c", script, "--help"], cwd=ROOT, capture_output=True, text=True, timeout=30
+        [sys.executable, "-c", WITHOUT_DJANGO, "--help"], cwd=ROOT, capture_output=True, text=True, timeout=30
     )
     assert done.returncode == 0, done.stderr
     assert "--handler" in done.stdout
-    # The blocker itself works: the Django integration is refused under it.
     refused = subprocess.run(
-        [sys.executable, "-c", WITHOUT_DJANGO.split("sys.argv =")[0] + "import workers.django_tasks\n"],
+        [sys.executable, "-c", WITHOUT_DJANGO.split("sys.argv =")[0] + "import taskforge_client.django_tasks\n"],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -169,97 +165,34 @@ def test_error_answers_become_exceptions_named_after_their_code(live_stack, make
             client.close()
 
 
-class CountingTransport(httpx.HTTPTransport):
-    """A real HTTP transport that counts the requests it sends."""
+@live
+def test_a_batching_producer_shared_by_threads_creates_each_task_once(taskforge):
+    QueueFactory(name="mail")
+    producer = taskforge.client("producer")
+    ids: dict[int, str] = {}
+    errors: list[BaseException] = []
 
-    def __init__(self) -> None:
-        super().__init__()
-        self.sent: list[str] = []
+    def produce(start: int) -> None:
+        handles = [(n, batcher.enqueue({"n": n}, priority=1 + n % 10)) for n in range(start, start + 60)]
+        for n, handle in handles:
+            ids[n] = handle.task_id
+        refused = batcher.enqueue({"n": -1}, scheduled_at="not a time")
+        errors.append(refused.exception(timeout=30))  # type: ignore[arg-type]
 
-    def handle_request(self, request: httpx.Request) -> httpx.Response:
-        self.sent.append(f"{request.method} {request.url.path}")
-        return super().handle_request(request)
+    with producer.batch("mail", max_size=50, max_delay=0.02) as batcher:
+        threads = [threading.Thread(target=produce, args=(start,)) for start in range(0, 240, 60)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(60)
+        late = batcher.enqueue({"n": 240})
+    ids[240] = late.task_id  # sent on the way out of the block
 
-
-def test_connection_errors_are_retried_only_for_idempotent_calls():
-    transport = CountingTransport()
-    # Nothing listens on this port: every request is refused.
-    client = TaskForgeClient(
-        f"http://127.0.0.1:{free_port()}", "k", retries=2, backoff_seconds=0.01, transport=transport
-    )
-    calls = {
-        "claim": lambda: client.claim("w", "q"),
-        "heartbeat": lambda: client.heartbeat("w", "00000000-0000-0000-0000-000000000000"),
-        "keyed enqueue": lambda: client.enqueue("q", {}, idempotency_key="once"),
-        "read": lambda: client.get_task("q", "00000000-0000-0000-0000-000000000000"),
-        "enqueue": lambda: client.enqueue("q", {}),
-        "ack": lambda: client.ack("w", "00000000-0000-0000-0000-000000000000"),
-        "nack": lambda: client.nack("w", "00000000-0000-0000-0000-000000000000", "e"),
-    }
-    sent = {}
-    for name, call in calls.items():
-        transport.sent.clear()
-        with pytest.raises(ConnectionFailed) as caught:
-            call()
-        assert caught.value.status is None
-        assert isinstance(caught.value, Unavailable)
-        sent[name] = len(transport.sent)
-    assert sent == {
-        "claim": 3,
-        "heartbeat": 3,
-        "keyed enqueue": 3,
-        "read": 3,
-        "enqueue": 1,
-        "ack": 1,
-        "nack": 1,
-    }
-    client.close()
-
-
-@pytest.fixture
-def flaky_server() -> Iterator[tuple[str, list[str]]]:
-    """An HTTP server that answers 503 twice, then 200 (a restarting API behind a proxy)."""
-    seen: list[str] = []
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            self.rfile.read(int(self.headers.get("Content-Length", 0)))
-            seen.append(self.path)
-            if len(seen) % 3:
-                body, status = b'{"error": {"code": "unavailable", "message": "not ready"}}', 503
-            else:
-                body, status = b'{"tasks": []}', 200
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}", seen
-    server.shutdown()
-    server.server_close()
-
-
-def test_503_is_retried_with_backoff_for_claims_but_not_for_acks(flaky_server):
-    url, seen = flaky_server
-    with TaskForgeClient(url, "k", retries=3, backoff_seconds=0.01) as client:
-        assert client.claim("w", "q") == []
-        assert seen == ["/workers/claim"] * 3
-        seen.clear()
-        with pytest.raises(Unavailable) as caught:
-            client.ack("w", "00000000-0000-0000-0000-000000000000")
-        assert (caught.value.status, caught.value.code, caught.value.message) == (503, "unavailable", "not ready")
-        assert seen == ["/workers/ack"]
-
-
-def test_client_refuses_a_missing_key_or_timeout():
-    with pytest.raises(ValueError):
-        TaskForgeClient("http://localhost:8080", "")
-    with pytest.raises(ValueError):
-        TaskForgeClient("http://localhost:8080", "k", timeout=0)
+    assert len(set(ids.values())) == 241
+    for n in (0, 59, 133, 240):
+        task = producer.get_task("mail", ids[n])
+        assert task["payload"] == {"n": n}
+        assert task["idempotency_key"].startswith("batch-")
+    assert producer.stats("mail")["depth"]["pending"] == 241  # the refused items created nothing
+    assert len(errors) == 4
+    assert all(isinstance(error, ValidationError) and "scheduled_at" in error.fields for error in errors)

@@ -11,9 +11,9 @@ from django.tasks.exceptions import TaskResultDoesNotExist
 from django.test import override_settings
 from django.utils import timezone
 
+from taskforge_client.django_tasks import taskforge_priority
 from tests.factories import QueueFactory
 from tests.integration.workers.conftest import wait_for
-from workers.django_tasks import TaskForgeBackend, taskforge_priority
 
 PROJECT_SETTINGS = "tests.integration.workers.djangoproject.settings"
 
@@ -21,29 +21,11 @@ PROJECT_SETTINGS = "tests.integration.workers.djangoproject.settings"
 def tasks_setting(url: str = "", api_key: str = "") -> dict:
     return {
         "default": {
-            "BACKEND": "workers.django_tasks.TaskForgeBackend",
+            "BACKEND": "taskforge_client.django_tasks.TaskForgeBackend",
             "QUEUES": ["default", "reports"],
             "OPTIONS": {"url": url, "api_key": api_key, "queue": "django"},
         }
     }
-
-
-@pytest.mark.parametrize(
-    ("django", "taskforge"),
-    [
-        *[(100, 1), (76, 1), (75, 2), (51, 2), (50, 3), (26, 3), (25, 4), (1, 4), (0, 5)],
-        *[(-1, 6), (-20, 6), (-21, 7), (-40, 7), (-60, 8), (-61, 9), (-80, 9), (-81, 10), (-100, 10)],
-    ],
-)
-def test_django_priority_maps_onto_taskforge_priority(django, taskforge):
-    assert taskforge_priority(django) == taskforge
-
-
-def test_missing_options_fail_the_system_check():
-    (error,) = TaskForgeBackend("default", {"OPTIONS": {"url": "http://localhost:8080"}}).check()
-    assert error.id == "taskforge.E001"
-    assert "api_key" in error.msg
-    assert TaskForgeBackend("default", {"OPTIONS": {"url": "http://x", "api_key": "k"}}).check() == []
 
 
 @pytest.mark.django_db(transaction=True)

@@ -1,4 +1,4 @@
-"""The reference worker (``python -m workers``) against a live TaskForge: real API
+"""The reference worker (``python -m taskforge_client.worker``) against a live TaskForge: real API
 processes, loops, Postgres and Redis; worker processes run with Django imports refused."""
 
 from __future__ import annotations
@@ -15,11 +15,12 @@ from datetime import datetime
 
 import pytest
 
+from taskforge_client import ConnectionFailed, ServerError, TaskForgeClient
+from taskforge_client.worker.config import load_config
+from taskforge_client.worker.runner import Runner
 from tests.factories import QueueFactory
 from tests.integration.workers.conftest import LEASE_SECONDS, WITHOUT_DJANGO, transitions, wait_for
 from tests.live import ROOT
-from workers.client import ConnectionFailed, ServerError, TaskForgeClient
-from workers.runner import Runner, load_config
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
@@ -44,7 +45,14 @@ def test_worker_runs_demo_handler_acks_results_and_batches_acks(taskforge):
     producer = taskforge.client("producer")
     tasks = producer.enqueue_batch("jobs", [{"payload": {"sleep_ms": 50, "n": n}} for n in range(24)])
     worker = taskforge.start_worker(
-        "--queue", "jobs", "--concurrency", "8", worker_id="happy", handler="workers.demo:handle"
+        "--queue",
+        "jobs",
+        "--concurrency",
+        "8",
+        "--log-level",
+        "DEBUG",  # a line per task
+        worker_id="happy",
+        handler="taskforge_client.demo:handle",
     )
 
     wait_for(finished(producer, "jobs", [t["id"] for t in tasks]), what="every task done")
@@ -61,6 +69,23 @@ def test_worker_runs_demo_handler_acks_results_and_batches_acks(taskforge):
     assert sorted(acked) == sorted(t["id"] for t in tasks)
     assert all(line["worker_id"] == "happy" for line in worker.lines())
     assert worker.terminate() == 0
+
+
+def test_at_info_the_worker_writes_summaries_not_a_line_per_task(taskforge):
+    QueueFactory(name="jobs")
+    producer = taskforge.client("producer")
+    tasks = producer.enqueue_batch("jobs", [{"payload": {"n": n}} for n in range(40)])
+    worker = taskforge.start_worker("--queue", "jobs", "--summary-interval", "0.5", worker_id="quiet")
+
+    wait_for(finished(producer, "jobs", [t["id"] for t in tasks]), what="every task done")
+    wait_for(lambda: sum(line["done"] for line in worker.events("worker.summary")) == 40, what="the summaries")
+    assert worker.terminate() == 0
+    summary = worker.events("worker.summary")[0]
+    assert summary["level"] == "info" and summary["rate"] > 0
+    assert {"done", "retried", "dead", "lost", "held"} <= summary.keys()
+    assert not [line for line in worker.lines() if line["event"].startswith(("task.", "ack."))]
+    assert worker.events("worker.stop")[0]["done"] == 40
+    assert worker.events("worker.start")[0]["prefetch"] == 25
 
 
 @pytest.mark.loops("run_scheduler")
@@ -86,14 +111,14 @@ def test_payload_asking_to_fail_ends_in_the_dead_letter_queue(taskforge):
     producer, admin = taskforge.client("producer"), taskforge.client("admin")
     doomed = producer.enqueue("demo", {"fail": True})
     hopeless = producer.enqueue("jobs", {"mode": "fail_now"})
-    taskforge.start_worker("--queue", "demo", worker_id="w-demo", handler="workers.demo:handle")
+    taskforge.start_worker("--queue", "demo", worker_id="w-demo", handler="taskforge_client.demo:handle")
     taskforge.start_worker("--queue", "jobs", worker_id="w-tests")
 
     # The demo handler fails every attempt: 1 + max_retries runs, then the DLQ.
     wait_for(finished(producer, "demo", [doomed["id"]], ("dead",)), what="the failing task dead")
     task = producer.get_task("demo", doomed["id"])
     assert task["attempts"] == 3
-    assert task["last_error"].startswith("workers.demo.DemoFailure: payload asked to fail (attempt 3)")
+    assert task["last_error"].startswith("taskforge_client.demo.DemoFailure: payload asked to fail (attempt 3)")
     (entry,) = admin.dead_letters("demo")
     assert (entry["id"], entry["attempts"]) == (doomed["id"], 3)
     # Fail() skips the remaining attempts.
@@ -110,7 +135,7 @@ def test_heartbeats_keep_a_task_alive_three_times_longer_than_its_lease(taskforg
     producer = taskforge.client("producer")
     runtime_ms = 3 * LEASE_SECONDS * 1000
     created = producer.enqueue("jobs", {"sleep_ms": runtime_ms})
-    worker = taskforge.start_worker("--queue", "jobs", worker_id="w-long", handler="workers.demo:handle")
+    worker = taskforge.start_worker("--queue", "jobs", worker_id="w-long", handler="taskforge_client.demo:handle")
 
     wait_for(finished(producer, "jobs", [created["id"]]), timeout=30, what="the long task done")
     task = producer.get_task("jobs", created["id"])
@@ -168,8 +193,10 @@ def test_sigterm_acks_the_running_task_and_hands_back_the_rest(taskforge):
         "2",
         "--grace-seconds",
         "2",
+        "--log-level",
+        "DEBUG",
         worker_id="w-drain",
-        handler="workers.demo:handle",
+        handler="taskforge_client.demo:handle",
     )
     wait_for(lambda: len(worker.events("task.start")) == 2, what="both slots busy")
     started = time.monotonic()
@@ -211,7 +238,9 @@ def test_heartbeat_lease_lost_drops_the_task_and_never_acks_it(taskforge):
     QueueFactory(name="jobs", retry_base_ms=60_000, retry_max_delay_ms=60_000)
     producer = taskforge.client("producer")
     created = producer.enqueue("jobs", {"sleep_ms": 20_000})
-    paused = taskforge.start_worker("--queue", "jobs", worker_id="w-paused", handler="workers.demo:handle")
+    paused = taskforge.start_worker(
+        "--queue", "jobs", "--log-level", "DEBUG", worker_id="w-paused", handler="taskforge_client.demo:handle"
+    )
     wait_for(lambda: paused.events("task.start"), what="the task started")
     # A long GC pause, or a stopped VM: the lease runs out and the watchdog reclaims the task.
     paused.process.send_signal(signal.SIGSTOP)
@@ -252,7 +281,7 @@ def test_after_a_long_poll_that_waited_the_worker_asks_again_at_once(taskforge):
         ([], {"HEARTBEAT_INTERVAL": "-1"}, "HEARTBEAT_INTERVAL must be between"),
         ([], {"WORKER_REQUEST_TIMEOUT": "5"}, "must exceed the long-poll wait"),
         (["--handler", "no_colon"], {}, "--handler must look like package.module:function"),
-        (["--handler", "workers.demo:missing"], {}, "has no attribute 'missing'"),
+        (["--handler", "taskforge_client.demo:missing"], {}, "has no attribute 'missing'"),
         ([], {"TASKFORGE_API_URL": "localhost:8080"}, "must start with http:// or https://"),
         (["--log-level", "chatty"], {}, "--log-level / WORKER_LOG_LEVEL must be one of DEBUG, INFO, WARNING, ERROR"),
     ],
@@ -260,7 +289,7 @@ def test_after_a_long_poll_that_waited_the_worker_asks_again_at_once(taskforge):
 def test_bad_configuration_exits_2_naming_the_setting(argv, env, message):
     environ = {**os.environ, "TASKFORGE_API_KEY": "k", "DJANGO_SETTINGS_MODULE": "", **env}
     done = subprocess.run(
-        [sys.executable, "-c", WITHOUT_DJANGO, "--handler", "workers.demo:handle", *argv],
+        [sys.executable, "-c", WITHOUT_DJANGO, "--handler", "taskforge_client.demo:handle", *argv],
         cwd=ROOT,
         env=environ,
         capture_output=True,
@@ -269,13 +298,6 @@ def test_bad_configuration_exits_2_naming_the_setting(argv, env, message):
     )
     assert done.returncode == 2, done.stderr
     assert message in done.stderr
-
-
-def test_log_level_comes_from_the_flag_then_the_environment():
-    environ = {"TASKFORGE_API_KEY": "k"}
-    assert load_config([], environ).log_level == "INFO"
-    assert load_config([], {**environ, "WORKER_LOG_LEVEL": "warning"}).log_level == "WARNING"
-    assert load_config(["--log-level", "debug"], {**environ, "WORKER_LOG_LEVEL": "warning"}).log_level == "DEBUG"
 
 
 class PartitionedClient(TaskForgeClient):
@@ -339,7 +361,7 @@ def run_until(taskforge, caplog, client_class, handler, worker_id: str, event: s
         {"TASKFORGE_API_URL": taskforge.url, "TASKFORGE_API_KEY": taskforge.keys["worker"]},
     )
     runner = Runner(config, handler, client_class(taskforge.url, taskforge.keys["worker"]))
-    caplog.set_level(logging.INFO, logger="taskforge.worker")
+    caplog.set_level(logging.DEBUG, logger="taskforge.worker")
     outcome: list[int] = []
     thread = threading.Thread(target=lambda: outcome.append(runner.run()))
     thread.start()

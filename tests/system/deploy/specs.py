@@ -56,7 +56,7 @@ def variables_read_by_code() -> set[str]:
     file naming a variable that appears nowhere there is a typo or dead config.
     """
     sources = [ROOT / "taskforge" / "settings.py", ROOT / "gunicorn.conf.py"]
-    sources += [p for p in (ROOT / "workers").glob("*.py")]
+    sources += [*(ROOT / "workers").glob("*.py"), *(ROOT / "clients" / "python" / "taskforge_client").rglob("*.py")]
     names: set[str] = set()
     for source in sources:
         names.update(_QUOTED_NAME.findall(source.read_text()))

@@ -12,7 +12,7 @@ USE_TZ = True
 INSTALLED_APPS: list[str] = []
 TASKS = {
     "default": {
-        "BACKEND": "workers.django_tasks.TaskForgeBackend",
+        "BACKEND": "taskforge_client.django_tasks.TaskForgeBackend",
         "QUEUES": ["default", "reports"],
         "OPTIONS": {
             "url": os.environ.get("TASKFORGE_API_URL", ""),

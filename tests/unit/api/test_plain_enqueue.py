@@ -31,12 +31,12 @@ def test_the_fast_path_never_disagrees_with_the_serializer():
     accepted = 0
     for body in _bodies():
         quick = plain_enqueue(body)
+        if quick is None:
+            continue  # left to the serializer, which decides alone
+        accepted += 1
         serializer = EnqueueSerializer(data=body)
-        valid = serializer.is_valid()
-        if quick is not None:
-            accepted += 1
-            assert valid, (body, serializer.errors)
-            assert quick == dict(serializer.validated_data), body
+        assert serializer.is_valid(), (body, serializer.errors)
+        assert quick == dict(serializer.validated_data), body
     assert accepted > 100  # the common shapes do take the fast path
 
 

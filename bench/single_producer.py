@@ -1,0 +1,93 @@
+"""W0: one sequential producer, one task per call, through TaskForge's own Python client;
+beside it, Celery's, Huey's and PgQueuer's single-producer enqueue in the same run.
+
+TaskForge's producer runs with the project's interpreter (``python -m
+bench.sequential``), where the client lives; the peers' producers run in the
+harness. Nobody drains during W0: each queue is emptied afterwards.
+"""
+
+from __future__ import annotations
+
+import subprocess
+
+from bench import peer, peers, sequential
+from bench.context import Context
+from bench.figures import percentile
+from bench.procs import ROOT
+
+QUEUE = "bench_w0"
+RATE = "enqueue tasks/s (Python client, 1 producer)"
+RATIO_TARGETS: dict[str, tuple[str, float] | None] = {"Celery": (">=", 0.6), "Huey": None, "PgQueuer": (">=", 0.6)}
+
+
+def run_taskforge_producer(ctx: Context, queue: str, seconds: float) -> tuple[sequential.Window, list[str]]:
+    """TaskForge's client enqueues one task per request, back to back, from its own process."""
+    env = ctx.stack.env(TASKFORGE_API_URL=ctx.stack.api_url, TASKFORGE_API_KEY=ctx.stack.keys["producer"])
+    argv = [ctx.stack.python, "-m", "bench.sequential", "--queue", queue, "--seconds", str(seconds)]
+    timeout = seconds + sequential.WARMUP_SECONDS + 60
+    done = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"the sequential producer failed:\n{done.stderr[-3000:]}")
+    return sequential.from_json(done.stdout.strip().splitlines()[-1])
+
+
+def w0(ctx: Context, run: int) -> None:
+    cfg = ctx.cfg
+    ctx.stack.reset_state()
+    api_cpu = ctx.stack.api_cpu_seconds()
+    window, ids = run_taskforge_producer(ctx, QUEUE, cfg.w0_seconds)
+    api_cpu = ctx.stack.api_cpu_seconds() - api_cpu
+    _check_stored(ctx, len(ids))
+    ctx.figures.add("W0", RATE, window.rate)
+    ctx.figures.add("W0", "enqueue p50", percentile(window.latencies_ms, 50))
+    ctx.figures.add("W0", "enqueue p99", percentile(window.latencies_ms, 99))
+    ctx.figures.add("W0", "API CPU per task", api_cpu * 1000 / window.total_calls)
+
+    problems = []
+    for entry in peers.in_run(ctx):
+        if entry.peer is None:
+            _skip_peer(ctx, entry.name, entry.reason)
+            if entry.reason.startswith("setup failed"):
+                problems.append(f"{entry.name}: {entry.reason}")
+            continue
+        try:
+            peer_window = peer.enqueue_window(entry.peer, cfg.w0_seconds)
+        except Exception as exc:  # a broken peer must not hide the others' figures
+            _skip_peer(ctx, entry.name, peers.failure(exc))
+            problems.append(f"{entry.name}: {peers.failure(exc)}")
+            continue
+        ctx.figures.add("W0", f"{entry.name} enqueue tasks/s (1 producer)", peer_window.rate)
+        ctx.figures.add("W0", f"{entry.name} enqueue p99", percentile(peer_window.latencies_ms, 99))
+        ctx.figures.add("W0", f"TaskForge / {entry.name} enqueue", window.rate / peer_window.rate)
+    peers.fail_after_last_run(ctx, "W0", run, problems)
+
+
+def _skip_peer(ctx: Context, name: str, reason: str) -> None:
+    for figure in (f"{name} enqueue tasks/s (1 producer)", f"{name} enqueue p99", f"TaskForge / {name} enqueue"):
+        ctx.figures.skip("W0", figure, reason)
+
+
+def _check_stored(ctx: Context, answered: int) -> None:
+    """Every enqueue the client saw answered is a row in Postgres."""
+    with ctx.stack.connect() as pg:
+        (stored,) = pg.execute(
+            "SELECT count(*) FROM tf_task t JOIN tf_queue q ON q.id = t.queue_id WHERE q.name = %s", [QUEUE]
+        ).fetchone()
+    if stored != answered:
+        raise RuntimeError(f"{QUEUE}: {answered} enqueues answered but {stored} tasks are stored")
+
+
+def define(ctx: Context) -> None:
+    f = ctx.figures
+    f.define("W0", RATE, "tasks/s", (">=", 1200), note="one request at a time, warm-up excluded")
+    f.define("W0", "enqueue p50", "ms")
+    f.define("W0", "enqueue p99", "ms", ("<=", 3))
+    f.define("W0", "API CPU per task", "ms", note="user+system CPU of the gunicorn workers / requests")
+    for name, target in RATIO_TARGETS.items():
+        f.define("W0", f"{name} enqueue tasks/s (1 producer)", "tasks/s")
+        f.define("W0", f"{name} enqueue p99", "ms")
+        f.define("W0", f"TaskForge / {name} enqueue", "x", target)
+
+
+def setup(ctx: Context) -> None:
+    ctx.extra["queue_ids"][QUEUE] = ctx.create_queue(QUEUE)

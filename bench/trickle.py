@@ -1,0 +1,91 @@
+"""W8: one producer enqueues one task at a time, as fast as it can, while two worker
+processes at their defaults drain; beside it Celery, Huey and PgQueuer doing the same.
+
+The figure is end-to-end: tasks done during the producer's window, per second
+of it. For TaskForge that is the ``done`` events in Postgres (an ack after the
+handler ran); for each peer, its no-op handler's own count in Redis (see
+``bench.peer``). After the window every task enqueued must run exactly once.
+"""
+
+from __future__ import annotations
+
+from bench import default_worker, peer, peers
+from bench.context import Context
+from bench.single_producer import run_taskforge_producer
+
+QUEUE = "bench_w8"
+RATE = "end-to-end tasks/s (1 producer, 2 workers at defaults)"
+PEER_WORKERS = {
+    "Celery": "prefork -c 2",
+    "Huey": "-k process -w 2",
+    "PgQueuer": "2 x pgq run",
+}
+
+
+def done_between(ctx: Context, started: float, ended: float) -> int:
+    """Tasks of W8's queue acked in ``[started, ended)`` (wall-clock seconds; one machine, one clock)."""
+    with ctx.stack.connect() as pg:
+        (done,) = pg.execute(
+            "SELECT count(*) FROM tf_task_event WHERE queue_id = %s AND to_status = 'done' "
+            "AND at >= to_timestamp(%s) AND at < to_timestamp(%s)",
+            [ctx.extra["queue_ids"][QUEUE], started, ended],
+        ).fetchone()
+    return done
+
+
+def w8(ctx: Context, run: int) -> None:
+    cfg = ctx.cfg
+    ctx.stack.reset_state()
+    queue_id = ctx.extra["queue_ids"][QUEUE]
+    workers = default_worker.start(ctx, QUEUE, processes=cfg.worker_processes, label="w8")
+    # One task first: once it is done, both workers are up and long-polling.
+    warmup_id = ctx.preload(QUEUE, 1)
+    ctx.wait_drained(queue_id, workers, peer.READY_TIMEOUT_SECONDS)
+    window, ids = run_taskforge_producer(ctx, QUEUE, cfg.w8_seconds)
+    done = done_between(ctx, window.started, window.ended)
+    ctx.wait_drained(queue_id, workers, cfg.drain_timeout)
+    ctx.stop_workers(workers)
+    ctx.check_exactly_once("W8", warmup_id + ids)
+    rate = done / window.seconds
+    ctx.figures.add("W8", RATE, rate)
+    ctx.figures.add("W8", "producer tasks/s (while draining)", window.rate)
+
+    problems = []
+    for entry in peers.in_run(ctx):
+        if entry.peer is None:
+            _skip_peer(ctx, entry.name, entry.reason)
+            if entry.reason.startswith("setup failed"):
+                problems.append(f"{entry.name}: {entry.reason}")
+            continue
+        try:
+            measured = peer.trickle(entry.peer, ctx.supervisor, cfg.w8_seconds, cfg.drain_timeout)
+        except Exception as exc:  # a broken peer must not hide the others' figures
+            _skip_peer(ctx, entry.name, peers.failure(exc))
+            problems.append(f"{entry.name}: {peers.failure(exc)}")
+            continue
+        ctx.figures.add("W8", _peer_rate(entry.name), measured.rate)
+        ctx.figures.add("W8", f"TaskForge / {entry.name} end-to-end", rate / measured.rate)
+    peers.fail_after_last_run(ctx, "W8", run, problems)
+
+
+def _peer_rate(name: str) -> str:
+    return f"{name} end-to-end tasks/s ({PEER_WORKERS[name]})"
+
+
+def _skip_peer(ctx: Context, name: str, reason: str) -> None:
+    for figure in (_peer_rate(name), f"TaskForge / {name} end-to-end"):
+        ctx.figures.skip("W8", figure, reason)
+
+
+def define(ctx: Context) -> None:
+    f = ctx.figures
+    f.define("W8", RATE, "tasks/s", (">=", 1000), note="done events during the producer's window")
+    f.define("W8", "producer tasks/s (while draining)", "tasks/s")
+    for name in PEER_WORKERS:
+        f.define("W8", _peer_rate(name), "tasks/s", note="its handler's count during the producer's window")
+        # TaskForge must at least keep up with Celery in the same run.
+        f.define("W8", f"TaskForge / {name} end-to-end", "x", (">=", 1.0) if name == "Celery" else None)
+
+
+def setup(ctx: Context) -> None:
+    ctx.extra["queue_ids"][QUEUE] = ctx.create_queue(QUEUE)

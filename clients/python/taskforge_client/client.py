@@ -1,0 +1,335 @@
+"""A Python client for the TaskForge HTTP API (producer and worker calls).
+
+Needs only the standard library and httpx: it never imports Django, so any
+Python service can enqueue tasks or run a worker with it.
+
+* One ``httpx.Client`` per ``TaskForgeClient``: connections are kept alive and
+  reused, and the client is safe to share between threads.
+* Retries (connection errors and 503, with exponential backoff and jitter)
+  happen only where repeating the request cannot do harm: ``claim``,
+  ``heartbeat``, reads, and enqueues that carry an ``idempotency_key``. A
+  repeated ack or nack is left to the caller, who knows whether the lease
+  still matters.
+* Every error answer becomes an exception named after the contract's error
+  code (``taskforge_client.errors``).
+* A single call costs little beyond httpx's own: the URLs of the calls a
+  producer or worker repeats are parsed once, answers are decoded with orjson
+  when it is installed, and nothing is logged or deep-copied per call.
+* ``batch()`` gathers many ``enqueue`` calls, from any number of threads,
+  into batch requests (``taskforge_client.batching``).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+import uuid
+from collections.abc import Iterable, Mapping
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+import httpx
+
+from taskforge_client.errors import ConnectionFailed, error_from_response
+
+if TYPE_CHECKING:
+    from taskforge_client.batching import BatchingProducer
+
+
+def _standard_decode(content: bytes | bytearray | memoryview | str) -> Any:  # orjson.loads's signature
+    return json.loads(bytes(content) if isinstance(content, memoryview) else content)
+
+
+try:  # orjson decodes answers (a 1000-task batch above all) several times faster than json
+    from orjson import loads as decode_json
+except ImportError:  # pragma: no cover - orjson is optional
+    decode_json = _standard_decode
+
+__all__ = ["TaskForgeClient"]
+
+DEFAULT_TIMEOUT = 15.0
+DEFAULT_RETRIES = 3
+# A long poll is answered after wait_seconds: the read must be allowed longer.
+LONG_POLL_MARGIN_SECONDS = 5.0
+MAX_RETRY_AFTER_SECONDS = 30.0
+USER_AGENT = "taskforge-python-client/1.0"
+
+Json = dict[str, Any]
+TaskId = str | uuid.UUID
+# Parsed URLs kept per client; paths with a task id in them come and go.
+MAX_CACHED_URLS = 256
+
+
+def _timestamp(value: datetime | str | None) -> str | None:
+    if value is None or isinstance(value, str):
+        return value
+    if value.tzinfo is None or value.utcoffset() is None:
+        # TaskForge refuses naive timestamps; say so before the round trip.
+        raise ValueError("scheduled_at must be timezone-aware (naive datetimes are ambiguous)")
+    return value.isoformat()
+
+
+def enqueue_body(
+    payload: Mapping[str, Any],
+    *,
+    priority: int | None = None,
+    scheduled_at: datetime | str | None = None,
+    idempotency_key: str | None = None,
+    max_retries: int | None = None,
+) -> Json:
+    """One enqueue body as the contract spells it: the options given, none of those left out."""
+    body: Json = {"payload": payload if type(payload) is dict else dict(payload)}
+    optional = {
+        "priority": priority,
+        "scheduled_at": _timestamp(scheduled_at),
+        "idempotency_key": idempotency_key,
+        "max_retries": max_retries,
+    }
+    body.update({name: value for name, value in optional.items() if value is not None})
+    return body
+
+
+class TaskForgeClient:
+    """Talks to one TaskForge API. Thread-safe; use it as a context manager or call ``close()``."""
+
+    def __init__(
+        self,
+        base_url: str,
+        api_key: str,
+        timeout: float = DEFAULT_TIMEOUT,
+        *,
+        retries: int = DEFAULT_RETRIES,
+        backoff_seconds: float = 0.25,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        if not api_key:
+            raise ValueError("an API key is required")
+        if timeout <= 0:
+            raise ValueError("timeout must be positive")
+        self.base_url = base_url.rstrip("/")
+        self.timeout = float(timeout)
+        self.retries = max(0, int(retries))
+        self.backoff_seconds = backoff_seconds
+        self._http = httpx.Client(
+            base_url=self.base_url,
+            timeout=httpx.Timeout(self.timeout),
+            headers={"Authorization": f"Bearer {api_key}", "User-Agent": USER_AGENT, "Accept": "application/json"},
+            transport=transport,
+        )
+        self._urls: dict[str, httpx.URL] = {}
+
+    # -- lifecycle ---------------------------------------------------------
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> TaskForgeClient:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    # -- producer calls ----------------------------------------------------
+
+    def enqueue(
+        self,
+        queue: str,
+        payload: Mapping[str, Any],
+        *,
+        priority: int | None = None,
+        scheduled_at: datetime | str | None = None,
+        idempotency_key: str | None = None,
+        max_retries: int | None = None,
+    ) -> Json:
+        """Add one task; returns the task. Retried on failure only with an ``idempotency_key``."""
+        body = enqueue_body(
+            payload,
+            priority=priority,
+            scheduled_at=scheduled_at,
+            idempotency_key=idempotency_key,
+            max_retries=max_retries,
+        )
+        answer: Json = self._request("POST", f"/queues/{queue}/tasks", json=body, retry=idempotency_key is not None)
+        return answer
+
+    def batch(self, queue: str, *, max_size: int = 100, max_delay: float = 0.01) -> BatchingProducer:
+        """A producer that sends ``enqueue`` calls to ``queue`` in batch requests; thread-safe.
+
+        ``producer.enqueue(payload, **options)`` returns at once with a
+        ``TaskHandle`` (a ``concurrent.futures.Future``) whose ``task_id`` (or
+        ``result()``, the task) is there once its batch is committed. A batch
+        is sent when it holds ``max_size`` tasks or its oldest has waited
+        ``max_delay`` seconds; ``close()``, or leaving the ``with`` block,
+        sends whatever is pending and waits for it.
+        """
+        from taskforge_client.batching import BatchingProducer
+
+        return BatchingProducer(self, queue, max_size=max_size, max_delay=max_delay)
+
+    def enqueue_batch(self, queue: str, tasks: Iterable[Mapping[str, Any]]) -> list[Json]:
+        """Add 1-1000 tasks at once, all or nothing. Each item is an enqueue body
+        (``{"payload": ..., "priority": ...}``); retried only when every item has an idempotency key."""
+        items = []
+        for item in tasks:
+            fields = dict(item)
+            payload = fields.pop("payload")
+            items.append(enqueue_body(payload, **fields))
+        retry = bool(items) and all("idempotency_key" in item for item in items)
+        created: list[Json] = self._request("POST", f"/queues/{queue}/tasks/batch", json={"tasks": items}, retry=retry)[
+            "tasks"
+        ]
+        return created
+
+    def get_task(self, queue: str, task_id: TaskId) -> Json:
+        """One task with its ``history`` of transitions."""
+        answer: Json = self._request("GET", f"/queues/{queue}/tasks/{task_id}", retry=True)
+        return answer
+
+    def cancel(self, queue: str, task_id: TaskId) -> Json:
+        """Cancel a pending or retry task (``Conflict`` otherwise)."""
+        answer: Json = self._request("DELETE", f"/queues/{queue}/tasks/{task_id}")
+        return answer
+
+    def stats(self, queue: str) -> Json:
+        answer: Json = self._request("GET", f"/queues/{queue}/stats", retry=True)
+        return answer
+
+    def dead_letters(self, queue: str) -> list[Json]:
+        """The queue's dead-letter entries, newest death first (admin key; first page)."""
+        answers: list[Json] = self._request("GET", f"/queues/{queue}/dlq", retry=True)["results"]
+        return answers
+
+    def create_queue(self, name: str, **settings: Any) -> Json:
+        """Create a queue (admin key): ``max_retries``, ``rate_limit``, ``retry_base_ms``..."""
+        answer: Json = self._request("POST", "/queues", json={"name": name, **settings})
+        return answer
+
+    # -- worker calls ------------------------------------------------------
+
+    def claim(
+        self, worker_id: str, queue: str | None = None, *, max_tasks: int = 1, wait_seconds: int = 0
+    ) -> list[Json]:
+        """Claim up to ``max_tasks`` tasks, long-polling up to ``wait_seconds``.
+
+        Each task carries ``lease_token`` and ``lease_expires_at``. If an answer
+        is lost and the call retried, the tasks of the lost answer stay leased
+        to this worker until their lease expires, then run again.
+        """
+        body: Json = {"worker_id": worker_id, "max_tasks": max_tasks, "wait_seconds": wait_seconds}
+        if queue is not None:
+            body["queue"] = queue
+        timeout = max(self.timeout, wait_seconds + LONG_POLL_MARGIN_SECONDS)
+        answers: list[Json] = self._request("POST", "/workers/claim", json=body, retry=True, timeout=timeout)["tasks"]
+        return answers
+
+    def heartbeat(self, worker_id: str, task_id: TaskId, lease_token: str | None = None) -> Json:
+        """Extend the lease; ``LeaseLost`` means stop working on the task."""
+        body = {"worker_id": worker_id, "task_id": str(task_id), "lease_token": lease_token}
+        answer: Json = self._request("POST", "/workers/heartbeat", json=body, retry=True)
+        return answer
+
+    def ack(
+        self,
+        worker_id: str,
+        task_id: TaskId,
+        lease_token: str | None = None,
+        result: Mapping[str, Any] | None = None,
+    ) -> Json:
+        body = {
+            "worker_id": worker_id,
+            "task_id": str(task_id),
+            "lease_token": lease_token,
+            "result": None if result is None else dict(result),
+        }
+        answer: Json = self._request("POST", "/workers/ack", json=body)
+        return answer
+
+    def nack(
+        self,
+        worker_id: str,
+        task_id: TaskId,
+        error: str,
+        lease_token: str | None = None,
+        *,
+        retry: bool = True,
+        retry_after_seconds: int | None = None,
+    ) -> Json:
+        body = {
+            "worker_id": worker_id,
+            "task_id": str(task_id),
+            "lease_token": lease_token,
+            "error": error,
+            "retry": retry,
+            "retry_after_seconds": retry_after_seconds,
+        }
+        answer: Json = self._request("POST", "/workers/nack", json=body)
+        return answer
+
+    def ack_batch(self, worker_id: str, items: Iterable[Mapping[str, Any]]) -> list[Json]:
+        """Ack 1-100 tasks: items ``{"task_id", "lease_token", "result"}``. Each item is judged
+        alone: the answer holds, in order, ``{"task_id", "status"}`` or ``{"task_id", "error"}``."""
+        body = {"worker_id": worker_id, "items": [_item(item) for item in items]}
+        answers: list[Json] = self._request("POST", "/workers/ack/batch", json=body)["results"]
+        return answers
+
+    def nack_batch(self, worker_id: str, items: Iterable[Mapping[str, Any]]) -> list[Json]:
+        """Nack 1-100 tasks: items ``{"task_id", "lease_token", "error", "retry", "retry_after_seconds"}``."""
+        body = {"worker_id": worker_id, "items": [_item(item) for item in items]}
+        answers: list[Json] = self._request("POST", "/workers/nack/batch", json=body)["results"]
+        return answers
+
+    # -- transport ---------------------------------------------------------
+
+    def _request(
+        self,
+        method: str,
+        path: str,
+        *,
+        json: Json | None = None,
+        retry: bool = False,
+        timeout: float | None = None,
+    ) -> Any:
+        attempts = 1 + (self.retries if retry else 0)
+        url = self._url(path)
+        for attempt in range(attempts):
+            last = attempt + 1 == attempts
+            try:
+                response = self._http.request(
+                    method, url, json=json, timeout=httpx.Timeout(timeout) if timeout else httpx.USE_CLIENT_DEFAULT
+                )
+            except httpx.TransportError as exc:
+                if last:
+                    raise ConnectionFailed(f"{method} {self.base_url}{path}: {exc!r}") from exc
+                self._pause(attempt)
+                continue
+            if response.status_code == 503 and not last:
+                self._pause(attempt, response.headers.get("Retry-After"))
+                continue
+            if response.is_success:
+                content = response.content
+                return decode_json(content) if content else None
+            raise error_from_response(response)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _url(self, path: str) -> httpx.URL:
+        """The absolute URL of ``path``, parsed once per path: httpx parses a string path twice per call."""
+        url = self._urls.get(path)
+        if url is None:
+            if len(self._urls) >= MAX_CACHED_URLS:
+                self._urls.clear()  # per-task paths filled it: the repeated ones come back at once
+            url = self._urls[path] = httpx.URL(self.base_url + path)
+        return url
+
+    def _pause(self, attempt: int, retry_after: str | None = None) -> None:
+        delay = self.backoff_seconds * 2**attempt
+        delay += random.uniform(0, self.backoff_seconds)
+        if retry_after and retry_after.isdigit():
+            delay = max(delay, min(float(retry_after), MAX_RETRY_AFTER_SECONDS))
+        time.sleep(delay)
+
+
+def _item(item: Mapping[str, Any]) -> Json:
+    fields = dict(item)
+    fields["task_id"] = str(fields["task_id"])
+    return fields

@@ -1,0 +1,70 @@
+"""Which function runs a claimed task: the ``--handler``, or Django for a Django ``@task`` payload.
+
+A handler is ``function(payload, job)`` named ``package.module:function``.
+A payload holding ``DJANGO_TASK_KEY`` is a Django ``@task`` call (enqueued
+through ``taskforge_client.django_tasks.TaskForgeBackend``): it runs in the
+project named by ``DJANGO_SETTINGS_MODULE`` whatever the handler is.
+
+The Django integration is reached only through ``DJANGO_TASKS_EXECUTE``, a
+module imported by name on first use: a plain worker never imports Django,
+and the worker package never imports the integration (the integration
+imports the worker's job record, so the dependency runs one way).
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from taskforge_client.worker.config import ConfigError
+from taskforge_client.worker.job import Job
+
+__all__ = ["DJANGO_TASKS_EXECUTE", "DJANGO_TASK_KEY", "Handler", "Handlers", "load_handler", "prepare_django"]
+
+Handler = Callable[[dict[str, Any], Job], Mapping[str, Any] | None]
+
+# A payload holding this key is a Django ``@task`` call: {"django_task": {"path", "args", "kwargs", ...}}.
+DJANGO_TASK_KEY = "django_task"
+# The module that runs those: ``run_job(job)`` and ``setup_django()``.
+DJANGO_TASKS_EXECUTE = "taskforge_client.django_tasks.execute"
+
+
+def load_handler(spec: str) -> Handler:
+    """The function ``package.module:function`` names, or ``ConfigError`` saying what is wrong."""
+    module_name, _, attribute = spec.partition(":")
+    try:
+        target: Any = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ConfigError(f"--handler {spec!r}: cannot import {module_name!r} ({exc})") from exc
+    for part in attribute.split("."):
+        target = getattr(target, part, None)
+        if target is None:
+            raise ConfigError(f"--handler {spec!r}: {module_name!r} has no attribute {attribute!r}")
+    if not callable(target):
+        raise ConfigError(f"--handler {spec!r} is not callable")
+    handler: Handler = target
+    return handler
+
+
+def prepare_django() -> None:
+    """Load the project DJANGO_SETTINGS_MODULE names now, so a bad setting stops the worker at start."""
+    importlib.import_module(DJANGO_TASKS_EXECUTE).setup_django()
+
+
+class Handlers:
+    """Calls the right function for each job (from any pool thread)."""
+
+    def __init__(self, handler: Handler | None) -> None:
+        self.handler = handler
+        self._run_django_task: Callable[[Job], Any] | None = None
+
+    def __call__(self, job: Job) -> Any:
+        if isinstance(job.payload.get(DJANGO_TASK_KEY), dict):
+            if self._run_django_task is None:
+                # Loaded on first use only: plain workers never import Django.
+                self._run_django_task = importlib.import_module(DJANGO_TASKS_EXECUTE).run_job
+            return self._run_django_task(job)
+        if self.handler is None:
+            raise LookupError("this worker has no --handler and the payload is not a Django task")
+        return self.handler(job.payload, job)

@@ -1,0 +1,92 @@
+"""What a handler's return or raise becomes: an ack with a result, or a nack with an error.
+
+| the handler                 | the outcome                                              |
+| --------------------------- | -------------------------------------------------------- |
+| returns a dict or None      | ack, the dict as the task's result                       |
+| raises ``Retry(after=s)``   | nack, retried after ``s`` seconds (None: queue backoff)  |
+| raises ``Fail``             | nack with ``retry: false``: dead at once                 |
+| raises anything else        | nack, ``Type: message`` and the traceback as the error   |
+
+A return value that is not a JSON object is a failed attempt, decided here
+before the ack, so one bad result never refuses a whole ack batch.
+"""
+
+from __future__ import annotations
+
+import json
+import traceback
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from taskforge_client.outcomes import Fail, Retry
+from taskforge_client.worker.flights import Flight
+
+__all__ = ["MAX_ERROR_CHARS", "Outcome", "describe_exception", "outcome_of"]
+
+MAX_ERROR_CHARS = 8000  # the protocol allows 65536; a traceback's tail is enough
+
+
+@dataclass
+class Outcome:
+    """How one attempt ended, waiting to be reported (``item()`` is its ack/nack batch item)."""
+
+    flight: Flight
+    ack: bool
+    result: dict[str, Any] | None = None
+    error: str = ""
+    retry: bool = True
+    retry_after_seconds: int | None = None
+
+    def item(self) -> dict[str, Any]:
+        job = self.flight.job
+        if self.ack:
+            return {"task_id": job.id, "lease_token": job.lease_token, "result": self.result}
+        return {
+            "task_id": job.id,
+            "lease_token": job.lease_token,
+            "error": self.error,
+            "retry": self.retry,
+            "retry_after_seconds": self.retry_after_seconds,
+        }
+
+
+def outcome_of(flight: Flight, call: Callable[[], Any]) -> Outcome:
+    """Run ``call`` (the handler on the flight's job) and say how the attempt ended."""
+    try:
+        return Outcome(flight, ack=True, result=_checked_result(call()))
+    except Retry as exc:
+        return Outcome(flight, ack=False, error=_own_message(exc), retry_after_seconds=exc.after)
+    except Fail as exc:
+        return Outcome(flight, ack=False, error=_own_message(exc), retry=False)
+    except BaseException as exc:  # a handler's SystemExit must not kill a pool thread either
+        return Outcome(flight, ack=False, error=describe_exception(exc))
+
+
+def describe_exception(exc: BaseException) -> str:
+    """``Type: message`` on the first line (the dashboard's summary), then the traceback's tail."""
+    cls = type(exc)
+    name = cls.__qualname__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
+    headline = f"{name}: {exc}" if str(exc) else name
+    trace = "".join(traceback.format_exception(exc))
+    room = MAX_ERROR_CHARS - len(headline) - 2
+    return headline if room <= 0 else f"{headline}\n\n{trace[-room:]}"
+
+
+def _checked_result(value: Any) -> dict[str, Any] | None:
+    """A handler's return value must be a JSON object (or None): check it before the ack."""
+    if value is None:
+        return None
+    if not isinstance(value, Mapping):
+        raise TypeError(f"handler returned {type(value).__name__}; expected a dict (JSON object) or None")
+    result = dict(value)
+    json.dumps(result, allow_nan=False)  # TypeError/ValueError here is a failed attempt, not a failed batch
+    return result
+
+
+def _own_message(exc: BaseException) -> str:
+    """A ``Retry``/``Fail`` message as the nack's error: the handler chose its words, no traceback."""
+    message = str(exc) or type(exc).__name__
+    if exc.__cause__ is not None:
+        message += f" (caused by {type(exc.__cause__).__name__}: {exc.__cause__})"
+    return message[:MAX_ERROR_CHARS]

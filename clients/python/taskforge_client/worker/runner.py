@@ -1,0 +1,228 @@
+"""The reference worker: claims tasks, runs a handler on them, hands the outcomes to the completer.
+
+Standard library and httpx only: it never imports Django, except to run a
+Django ``@task`` payload (see ``taskforge_client.worker.handlers``).
+
+Threads, and why each exists:
+
+1. The main thread claims: it long-polls for enough tasks to keep every
+   handler busy plus a prefetch (up to ``concurrency x prefetch`` held, see
+   ``taskforge_client.worker.flights``) and queues them for the pool.
+2. ``concurrency`` pool threads run the handler, one task each. A handler's
+   return value (a dict or None) becomes an ack; an exception a nack
+   (``taskforge_client.worker.outcome``).
+3. The completer thread sends those acks and nacks, several per call
+   (``taskforge_client.worker.completer``).
+4. The heartbeat thread extends the lease of every task in flight, and stops
+   a task whose lease is lost (``taskforge_client.worker.heartbeats``).
+5. The summary thread writes one INFO line every ``summary_interval`` seconds
+   with the tasks done, retried, dead and lost meanwhile; a line per task is
+   DEBUG (``taskforge_client.worker.summary``).
+
+Shutdown (SIGTERM/SIGINT): claiming stops, prefetched tasks no handler started
+are handed back at once, running tasks get ``grace_seconds``
+to finish and be acked, the rest are nacked with retry ("worker shutting
+down", retry at once) and the process exits 0. A second signal skips the rest
+of the grace period.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import signal
+import threading
+import time
+from types import FrameType
+from typing import Any
+
+from taskforge_client.client import TaskForgeClient
+from taskforge_client.errors import Forbidden, TaskForgeError, Unauthorized
+from taskforge_client.worker.completer import MAX_BATCH, Completer
+from taskforge_client.worker.config import Config
+from taskforge_client.worker.flights import Flight, InFlight
+from taskforge_client.worker.handlers import Handler, Handlers
+from taskforge_client.worker.heartbeats import Heartbeats
+from taskforge_client.worker.job import Job
+from taskforge_client.worker.logs import EventLog
+from taskforge_client.worker.outcome import outcome_of
+from taskforge_client.worker.summary import Summary
+
+__all__ = ["Runner"]
+
+# How often idle threads look at their stop flag: shutdown is never later than this.
+TICK_SECONDS = 0.1
+
+
+class Runner:
+    """One worker process's threads, working on TaskForge until stopped."""
+
+    def __init__(self, config: Config, handler: Handler | None, client: TaskForgeClient | None = None) -> None:
+        self.config = config
+        self.handler = handler
+        self.client = client or TaskForgeClient(config.api_url, config.api_key, timeout=config.request_timeout)
+        self.log = EventLog(config.worker_id)
+        self.flights = InFlight(config.concurrency, config.prefetch)
+        self.handlers = Handlers(handler)
+        self.summary = Summary(self.log, self.flights, config.summary_interval)
+        self.completer = Completer(
+            self.client, self.flights, self.log, worker_id=config.worker_id, tick=TICK_SECONDS, tally=self.summary
+        )
+        self.heartbeats = Heartbeats(self.client, self.flights, self.log, tick=TICK_SECONDS)
+        self._work: queue.Queue[Flight | None] = queue.Queue()
+        self.stopping = threading.Event()
+        self._stop_requested = 0.0  # monotonic time of the signal: the grace period counts from it
+        self._hurry = threading.Event()
+        self._threads_stop = threading.Event()
+
+    # -- entry point
+
+    def run(self) -> int:
+        """Work until SIGTERM/SIGINT (or ``stop()``); returns the process exit code."""
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, self._on_signal)
+            signal.signal(signal.SIGINT, self._on_signal)
+        threads = [
+            threading.Thread(target=self._pool_loop, name=f"pool-{n}", daemon=True)
+            for n in range(self.config.concurrency)
+        ]
+        loops = [("completer", self.completer.run), ("heartbeat", self.heartbeats.run)]
+        if self.config.summary_interval > 0:
+            loops.append(("summary", self.summary.run))
+        for name, loop in loops:
+            threads.append(threading.Thread(target=loop, args=(self._threads_stop,), name=name, daemon=True))
+        for thread in threads:
+            thread.start()
+        self.log(
+            logging.INFO,
+            "worker.start",
+            "worker started",
+            queue=self.config.queue,
+            concurrency=self.config.concurrency,
+            prefetch=self.config.prefetch,
+            handler=self.config.handler,
+            api_url=self.config.api_url,
+        )
+        if self.handler is None and not self.config.django_settings:
+            self.log(
+                logging.WARNING,
+                "worker.no_handler",
+                "no --handler and no DJANGO_SETTINGS_MODULE: every task will fail until one is given",
+            )
+        code = 0
+        try:
+            self._claim_loop()
+        except (Unauthorized, Forbidden) as exc:
+            self.log(logging.ERROR, "worker.auth", f"TaskForge refused this worker's key: {exc}")
+            code = 1
+        self._drain()
+        self._threads_stop.set()
+        for _ in range(self.config.concurrency):
+            self._work.put(None)
+        self.client.close()
+        self.log(logging.INFO, "worker.stop", "worker stopped", None, exit_code=code, **self.summary.totals())
+        return code
+
+    def stop(self) -> None:
+        if not self.stopping.is_set():
+            self._stop_requested = time.monotonic()
+        self.stopping.set()
+
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        if self.stopping.is_set():
+            self._hurry.set()  # a second signal: no more grace
+            return
+        self.log(logging.INFO, "worker.stopping", f"received {signal.Signals(signum).name}: draining")
+        self.stop()
+
+    # -- 1. claiming (main thread)
+
+    def _claim_loop(self) -> None:
+        while not self.stopping.is_set():
+            room = self.flights.room(wait=TICK_SECONDS)
+            if room <= 0:
+                continue
+            asked = time.monotonic()
+            try:
+                tasks = self.client.claim(
+                    self.config.worker_id,
+                    self.config.queue,
+                    max_tasks=min(room, MAX_BATCH),
+                    wait_seconds=self.config.wait_seconds,
+                )
+            except (Unauthorized, Forbidden):
+                raise
+            except TaskForgeError as exc:
+                self.log(logging.WARNING, "claim.error", f"claim failed: {exc}", queue=self.config.queue)
+                self.stopping.wait(self.config.poll_interval)
+                continue
+            if self.stopping.is_set():
+                # Claimed while the signal arrived: hand them straight back.
+                self.completer.give_back([self._flight(task) for task in tasks])
+                return
+            for task in tasks:
+                flight = self._flight(task)
+                self.flights.add(flight)
+                self._work.put(flight)
+            if not tasks and time.monotonic() - asked < self.config.wait_seconds / 2:
+                # An empty answer that did not wait (short polling, a paused queue): pause.
+                # After a full long poll the server has waited already: ask again at once.
+                self.stopping.wait(self.config.poll_interval)
+
+    def _flight(self, task: dict[str, Any]) -> Flight:
+        job = Job.from_claim(task, worker_id=self.config.worker_id, default_queue=self.config.queue)
+        return Flight.start(job, self.config.heartbeat_interval)
+
+    # -- 2. running (pool threads)
+
+    def _pool_loop(self) -> None:
+        while True:
+            flight = self._work.get()
+            if flight is None:
+                return
+            self._execute(flight)
+
+    def _execute(self, flight: Flight) -> None:
+        job = flight.job
+        if not self.flights.begin(flight):
+            # Handed back at shutdown, or its lease lost while it waited: never run it.
+            if flight.lost:
+                self.summary.count("lost")
+                self.log(logging.WARNING, "task.dropped", "task dropped before it started: its lease was lost", job)
+            return
+        self.log(logging.DEBUG, "task.start", "task started", job)
+        outcome = outcome_of(flight, lambda: self.handlers(job))
+        elapsed_ms = round((time.monotonic() - flight.started) * 1000)
+        dropped = self.flights.handler_returned(flight)
+        if dropped:
+            self.flights.forget(flight)  # this pool thread is free again
+            self.summary.count("lost")
+            message = f"task finished but {dropped}: outcome dropped"
+            self.log(logging.WARNING, "task.dropped", message, job, duration_ms=elapsed_ms)
+            return
+        if outcome.ack:
+            self.log(logging.DEBUG, "task.succeeded", "task succeeded", job, duration_ms=elapsed_ms)
+        else:
+            self.log(
+                logging.WARNING,
+                "task.failed",
+                f"task failed: {outcome.error.splitlines()[0] if outcome.error else ''}",
+                job,
+                duration_ms=elapsed_ms,
+                retry=outcome.retry,
+                retry_after_seconds=outcome.retry_after_seconds,
+            )
+        self.completer.submit(outcome)
+
+    # -- shutdown
+
+    def _drain(self) -> None:
+        """Let running tasks finish within the grace period; hand back the rest."""
+        # A claim in flight when the signal came may have used some of the grace period.
+        deadline = (self._stop_requested or time.monotonic()) + self.config.grace_seconds
+        self.completer.give_back(self.flights.abandon_waiting())
+        self.flights.wait_until_empty(deadline, self._hurry, TICK_SECONDS)
+        self.completer.give_back(self.flights.abandon_running())
+        # Outcomes already handed to the completer: give their acks a bounded moment.
+        settle = time.monotonic() + self.config.request_timeout
+        self.flights.wait_until_empty(settle, threading.Event(), TICK_SECONDS)

@@ -1,0 +1,156 @@
+"""One claim attempt, never waiting: which tasks a claim gets, best first.
+
+Postgres decides every claim (``lifecycle.claim`` confirms ids by primary key
+under its guarded statement); Redis only proposes candidates:
+
+* a claim takes ids from the priority lanes (``queues.dispatch.lanes``) and
+  confirms them in Postgres; ids that fail (claimed, cancelled, garbage) are
+  dropped and the next ones taken; when the lanes run dry or Redis is
+  unreachable it falls back to Postgres' own ``SKIP LOCKED`` scan;
+* a rate-limited queue dispatches only what its token bucket grants
+  (``queues.dispatch.ratelimit``), and nothing at all while Redis is
+  unreachable (fail closed).
+
+An attempt that finds nothing reports when a rate-limited queue has its next
+token; waiting for work is the caller's business (``workers.longpoll``).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import redis
+
+from queues import lifecycle
+from queues.dispatch import lanes, outage, ratelimit
+from queues.models import Queue
+
+Row = dict[str, Any]
+
+#: Rounds of "take ids from the lanes, confirm them" before falling back to Postgres.
+LANE_ROUNDS = 3
+
+
+@dataclass
+class Claimed:
+    rows: list[Row]
+    #: when nothing was claimed because a rate-limited queue had no token: seconds until it has one
+    retry_after: float | None = None
+
+
+def claimable_queues(queue: Queue | None) -> list[Queue]:
+    if queue is not None:
+        return [] if queue.paused else [queue]
+    return list(Queue.objects.filter(paused=False))
+
+
+@dataclass
+class _Batch:
+    """One claim call: the tasks confirmed so far and the tokens it holds."""
+
+    worker_id: str
+    queues: list[Queue]
+    wanted: int
+    rows: list[Row] = field(default_factory=list)
+    tokens: Counter[uuid.UUID] = field(default_factory=Counter)
+    used: Counter[uuid.UUID] = field(default_factory=Counter)
+    waits: list[float] = field(default_factory=list)
+
+    @property
+    def need(self) -> int:
+        return self.wanted - len(self.rows)
+
+    def allowance(self, queue: Queue, count: int) -> int:
+        """How many of ``count`` tasks this claim may take from ``queue`` (takes tokens as needed)."""
+        if queue.rate_limit is None:
+            return count
+        held = self.tokens[queue.id] - self.used[queue.id]
+        if held < count:
+            grant = ratelimit.take(queue, count - held) if outage.redis_usable() else ratelimit.Grant(0, None)
+            self.tokens[queue.id] += grant.tokens
+            if grant.tokens == 0 and grant.retry_after is not None:
+                self.waits.append(grant.retry_after)
+            held += grant.tokens
+        return min(held, count)
+
+    def confirm(self, queue_ids: Sequence[uuid.UUID], limit: int, task_ids: list[uuid.UUID] | None) -> None:
+        if limit <= 0 or (task_ids is not None and not task_ids):
+            return
+        moved = lifecycle.claim(self.worker_id, queue_ids, limit, task_ids=task_ids)
+        self.rows.extend(moved)
+        self.used.update(row["queue_id"] for row in moved)
+
+    def from_lanes(self) -> None:
+        """Take the best ids across the lanes, within each queue's allowance, and confirm them."""
+        by_name = {q.name: q for q in self.queues}
+        for _ in range(LANE_ROUNDS):
+            need = self.need
+            if need <= 0:
+                return
+            candidates = lanes.peek({name: need for name in by_name})
+            if not candidates:
+                return
+            chosen: list[lanes.Candidate] = []
+            allowed: dict[str, int] = {}
+            taken: Counter[str] = Counter()
+            for i, candidate in enumerate(candidates):
+                left = need - len(chosen)
+                if left <= 0:
+                    break
+                name = candidate.queue_name
+                if name not in allowed:
+                    # Tokens for at most what this round could still take from the queue.
+                    upper = sum(1 for c in candidates[i : i + left] if c.queue_name == name)
+                    allowed[name] = self.allowance(by_name[name], upper)
+                if taken[name] < allowed[name]:
+                    taken[name] += 1
+                    chosen.append(candidate)
+            if not chosen:
+                return
+            ids = lanes.remove(chosen)
+            self.confirm([by_name[name].id for name in taken], len(ids), ids)
+
+    def from_postgres(self) -> None:
+        """The fallback: Postgres' SKIP LOCKED scan, unlimited queues first, then each limited one."""
+        unlimited = [q.id for q in self.queues if q.rate_limit is None]
+        if unlimited:
+            self.confirm(unlimited, self.need, None)
+        for queue in self.queues:
+            if queue.rate_limit is not None and self.need > 0:
+                self.confirm([queue.id], self.allowance(queue, self.need), None)
+
+    def give_back(self) -> None:
+        for queue in self.queues:
+            if queue.rate_limit is not None:
+                ratelimit.give_back(queue, self.tokens[queue.id] - self.used[queue.id])
+
+
+def claim(worker_id: str, queue: Queue | None, max_tasks: int) -> Claimed:
+    """One claim attempt, no waiting: up to ``max_tasks`` tasks, best first.
+
+    1. Candidates come from the Redis lanes (best score across the queues),
+       within each rate-limited queue's tokens; Postgres confirms them.
+    2. What is still missing comes from Postgres directly (lanes empty or
+       stale, Redis down): unlimited queues always, limited ones only with
+       tokens, so a rate limit holds even while Redis is down (nothing moves).
+    3. Tokens taken but not used are returned.
+    """
+    batch = _Batch(worker_id, claimable_queues(queue), max_tasks)
+    if not batch.queues:
+        return Claimed([])
+    try:
+        if outage.redis_usable():
+            try:
+                batch.from_lanes()
+            except redis.RedisError as exc:
+                outage.redis_failed(exc, "reading the lanes")
+        if batch.need > 0:
+            batch.from_postgres()
+    finally:
+        batch.give_back()
+    rows = sorted(batch.rows, key=lambda row: (row["priority"], row["scheduled_at"]))
+    return Claimed(rows, min(batch.waits) if batch.waits and not rows else None)

@@ -1,0 +1,232 @@
+"""Workers' moves under a lease: claim, heartbeat, ack, nack, and the watchdog's expiry.
+
+A lease is held by (worker id, lease token) until ``lease_expires_at``; every
+move here is guarded on it inside its statement, so a worker that lost its
+lease (expired, or the task was taken over) can never finish the task.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+from psycopg.types.json import Jsonb
+
+from queues.lifecycle import statements
+from queues.lifecycle.decide import is_repeated_ack, lease_expired_error, retry_or_dead
+from queues.lifecycle.notify import report_on_commit
+from queues.lifecycle.reads import not_held, tasks_by_id
+from queues.lifecycle.rows import DomainErrorT, Row, dumps_json, fetch_rows
+from queues.models import Status
+from taskforge.ops.failpoints import failpoint
+
+# --- claim ----------------------------------------------------------------------------------
+
+
+def claim(
+    worker_id: str,
+    queue_ids: Sequence[uuid.UUID],
+    limit: int,
+    *,
+    task_ids: Sequence[uuid.UUID] | None = None,
+) -> list[Row]:
+    """Lease up to ``limit`` due pending tasks of ``queue_ids`` to ``worker_id``.
+
+    With ``task_ids`` (from the Redis ready lanes) only those rows are
+    candidates: a claim by primary key. Ids that are no longer pending or due
+    are simply not returned.
+    """
+    if not queue_ids or limit <= 0:
+        return []
+    if task_ids is None:
+        sql = statements.CLAIM_FROM_ONE_QUEUE if len(queue_ids) == 1 else statements.CLAIM_FROM_QUEUES
+    else:
+        sql = statements.CLAIM_BY_IDS_FROM_ONE_QUEUE if len(queue_ids) == 1 else statements.CLAIM_BY_IDS_FROM_QUEUES
+    with transaction.atomic():
+        moved = fetch_rows(
+            sql,
+            {
+                "queue_id": queue_ids[0],
+                "queue_ids": list(queue_ids),
+                "task_ids": list(task_ids or []),
+                "limit": limit,
+                "worker_id": worker_id,
+                "lease_seconds": settings.TASKFORGE_HEARTBEAT_TIMEOUT,
+                "event_kind": "transition",
+            },
+        )
+        report_on_commit(moved)
+    if moved:
+        failpoint("claim.after_commit")
+    return moved
+
+
+# --- heartbeat, ack -------------------------------------------------------------------------
+
+
+def heartbeat(task_id: uuid.UUID, *, worker_id: str, lease_token: str | None = None) -> Row:
+    """Extend the lease; the first heartbeat moves ``claimed`` to ``executing``."""
+    with transaction.atomic():
+        moved = fetch_rows(
+            statements.HEARTBEAT,
+            {
+                "task_id": task_id,
+                "worker_id": worker_id,
+                "lease_token": lease_token,
+                "lease_seconds": settings.TASKFORGE_HEARTBEAT_TIMEOUT,
+            },
+        )
+        if not moved:
+            raise not_held(task_id)
+        report_on_commit([row for row in moved if row["from_status"] == Status.CLAIMED])
+    return moved[0]
+
+
+@dataclass(frozen=True)
+class AckItem:
+    task_id: uuid.UUID
+    lease_token: str | None = None
+    result: dict[str, Any] | None = None
+
+
+def ack_many(worker_id: str, items: Sequence[AckItem]) -> list[Row | DomainErrorT]:
+    """Ack several tasks in one statement; each item is judged alone.
+
+    Returns, in order, the task row or the error (``TaskNotFound`` /
+    ``LeaseLost``) for that item. Repeating an ack that already succeeded
+    (same worker, same lease) returns the task unchanged.
+    """
+    with transaction.atomic():
+        moved = fetch_rows(
+            statements.ACK,
+            {
+                "ids": [item.task_id for item in items],
+                "tokens": [item.lease_token for item in items],
+                "results": [None if item.result is None else Jsonb(item.result, dumps=dumps_json) for item in items],
+                "worker_id": worker_id,
+                "event_kind": "transition",
+            },
+        )
+        report_on_commit(moved)
+    if moved:
+        failpoint("ack.after_commit")
+    done = {row["id"]: row for row in moved}
+    missing = [item for item in items if item.task_id not in done]
+    if missing:
+        current = tasks_by_id([item.task_id for item in missing])
+        for item in missing:
+            row = current.get(item.task_id)
+            if row is not None and is_repeated_ack(row, worker_id=worker_id, lease_token=item.lease_token):
+                done[item.task_id] = row
+    return [done.get(item.task_id) or not_held(item.task_id) for item in items]
+
+
+def ack(
+    task_id: uuid.UUID, *, worker_id: str, lease_token: str | None = None, result: dict[str, Any] | None = None
+) -> Row:
+    (outcome,) = ack_many(worker_id, [AckItem(task_id, lease_token, result)])
+    if isinstance(outcome, Exception):
+        raise outcome
+    return outcome
+
+
+# --- failures: nack and lease expiry --------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class NackItem:
+    task_id: uuid.UUID
+    error: str
+    lease_token: str | None = None
+    retry: bool = True
+    retry_after_seconds: int | None = None
+
+
+def _failure_params(locked: list[Row], wants: Mapping[uuid.UUID, NackItem] | None) -> dict[str, list[Any]]:
+    """``FAIL``'s column arrays: per locked row, retry (with its delay) or dead, and its error."""
+    ids: list[uuid.UUID] = []
+    outcomes: list[str] = []
+    delays: list[int] = []
+    errors: list[str | None] = []
+    for row in locked:
+        item = wants[row["id"]] if wants else None
+        if item is None:
+            outcome, delay = retry_or_dead(row)
+        else:
+            outcome, delay = retry_or_dead(row, wants_retry=item.retry, retry_after_seconds=item.retry_after_seconds)
+        ids.append(row["id"])
+        outcomes.append(str(outcome))
+        delays.append(delay)
+        errors.append(item.error if item else None)
+    return {"ids": ids, "outcomes": outcomes, "delays_ms": delays, "errors": errors}
+
+
+def nack_many(worker_id: str, items: Sequence[NackItem]) -> list[Row | DomainErrorT]:
+    """Fail several held tasks; each item is judged alone, results in order.
+
+    1. Lock the items still held (in id order), with what the decision needs.
+    2. Decide retry-or-dead per row (``queues.lifecycle.decide``).
+    3. Apply the outcomes in one statement; items not locked are lost leases.
+    """
+    wants = {item.task_id: item for item in items}
+    with transaction.atomic():
+        locked = fetch_rows(
+            statements.LOCK_HELD_FOR_NACK,
+            {
+                "ids": [item.task_id for item in items],
+                "tokens": [item.lease_token for item in items],
+                "worker_id": worker_id,
+            },
+        )
+        moved = (
+            fetch_rows(
+                statements.FAIL,
+                {**_failure_params(locked, wants), "event_worker": worker_id, "event_kind": "transition"},
+            )
+            if locked
+            else []
+        )
+        report_on_commit(moved)
+    by_id = {row["id"]: row for row in moved}
+    return [by_id.get(item.task_id) or not_held(item.task_id) for item in items]
+
+
+def nack(
+    task_id: uuid.UUID,
+    *,
+    worker_id: str,
+    error: str,
+    lease_token: str | None = None,
+    retry: bool = True,
+    retry_after_seconds: int | None = None,
+) -> Row:
+    (outcome,) = nack_many(worker_id, [NackItem(task_id, error, lease_token, retry, retry_after_seconds)])
+    if isinstance(outcome, Exception):
+        raise outcome
+    return outcome
+
+
+def expire_leases(limit: int = 500) -> int:
+    """Fail every task whose lease ran out (a failed attempt). Returns how many."""
+    with transaction.atomic():
+        locked = fetch_rows(statements.LOCK_EXPIRED, {"limit": limit})
+        if not locked:
+            return 0
+        holders = {
+            row["id"]: row["claimed_by"]
+            for row in fetch_rows(statements.LEASE_HOLDERS, {"task_ids": [r["id"] for r in locked]})
+        }
+        decided = _failure_params(locked, None)
+        decided["errors"] = [
+            lease_expired_error(settings.TASKFORGE_HEARTBEAT_TIMEOUT, holders[task_id]) for task_id in decided["ids"]
+        ]
+        moved = fetch_rows(statements.FAIL, {**decided, "event_worker": None, "event_kind": "transition"})
+        for row in moved:
+            row["expired"] = True
+        report_on_commit(moved)
+    failpoint("watchdog.after_expire")
+    return len(moved)

@@ -1,0 +1,432 @@
+"""Every SQL statement of the lifecycle, each variant named and built once at import.
+
+Callers name the statement they run; nothing is patched into SQL when it
+runs, and the claim (the hot path) only picks one of four ready strings.
+Benchmarks, plan tests and ``tests/integration/queues/test_statements.py``
+(which EXPLAINs every entry of ``ALL`` against the real schema) import these
+same names, so what they check is what runs.
+
+The fragments (``_TASK_COLUMNS``, ``_RECORD_EVENTS``, ``_HELD``) and the
+templates with named holes (``_CLAIM``, ``_CANCEL``, ``_REPLAY``) are private:
+they exist only to write each shared part once. Every parameter is named
+(``%(name)s``), so one dict of parameters can EXPLAIN any statement.
+
+Moves are one statement each: a CTE locks the rows the move may take (the
+guard on the current status lives in its WHERE), a data-modifying CTE named
+``moved`` changes them, and ``_RECORD_EVENTS`` writes their history in the
+same statement, so the history can never disagree with the task.
+"""
+
+from __future__ import annotations
+
+# The columns every statement returns for a task (tf_task has no others).
+_TASK_COLUMNS = """
+    t.id, t.queue_id, t.payload, t.status, t.priority, t.scheduled_at, t.created_at, t.updated_at,
+    t.status_changed_at, t.claimed_at, t.claimed_by, t.heartbeat_at, t.lease_token,
+    t.lease_expires_at, t.attempts, t.max_retries, t.last_error, t.result, t.finished_at,
+    t.idempotency_key, t.request_fingerprint
+"""
+
+# Appended to a data-modifying CTE named ``moved`` (with ``from_status``,
+# ``from_changed_at``, ``event_worker`` and ``event_detail`` columns): records one
+# history row per moved task and returns the moved rows with their timings.
+_RECORD_EVENTS = """
+, events AS (
+    INSERT INTO tf_task_event (task_id, queue_id, kind, at, from_status, to_status, worker_id, detail)
+    SELECT m.id, m.queue_id, %(event_kind)s, now(), m.from_status, m.status, m.event_worker, m.event_detail
+    FROM moved m
+)
+SELECT m.*,
+       extract(epoch FROM now() - m.from_changed_at) * 1000 AS duration_ms,
+       extract(epoch FROM now() - m.claimed_at) AS execution_seconds
+FROM moved m
+"""
+
+# A lease is held by (claimed_by, lease_token) while the task is claimed or
+# executing and the lease has not expired: an expired lease is lost even
+# before the watchdog gets to it, so a paused worker can never finish a task
+# that may already be running elsewhere. ``i`` is the caller's input row.
+_HELD = """
+    t.status IN ('claimed', 'executing') AND t.claimed_by = i.worker_id
+    AND (i.lease_token IS NULL OR t.lease_token = i.lease_token) AND t.lease_expires_at > now()
+"""
+
+
+# --- enqueue ----------------------------------------------------------------------------------
+
+# Insert a batch of new pending tasks in one statement; an idempotency key the
+# queue already has is skipped by ON CONFLICT DO NOTHING (which waits for a
+# concurrent insert of the same key to commit, so exactly one wins).
+ENQUEUE = f"""
+WITH input AS (
+    SELECT * FROM unnest(%(ids)s::uuid[], %(payloads)s::jsonb[], %(priorities)s::smallint[],
+                         %(scheduled)s::timestamptz[], %(keys)s::text[], %(retries)s::smallint[],
+                         %(prints)s::text[], %(ords)s::int[])
+        AS i(id, payload, priority, scheduled_at, idempotency_key, max_retries, fingerprint, ord)
+), moved AS (
+    INSERT INTO tf_task AS t (id, queue_id, payload, status, priority, scheduled_at, created_at,
+                              updated_at, status_changed_at, attempts, max_retries,
+                              idempotency_key, request_fingerprint)
+    SELECT i.id, %(queue_id)s, i.payload, 'pending', i.priority,
+           greatest(coalesce(i.scheduled_at, now()), now()), now(), now(), now(), 0,
+           coalesce(i.max_retries, %(queue_max_retries)s), i.idempotency_key, i.fingerprint
+    FROM input i ORDER BY i.ord
+    ON CONFLICT (queue_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+    RETURNING {_TASK_COLUMNS}, NULL::text AS from_status, now() AS from_changed_at,
+              NULL::text AS event_worker, NULL::text AS event_detail
+)
+{_RECORD_EVENTS}
+"""
+
+# The tasks an enqueue skipped: answered with the existing task (or a conflict).
+TASKS_BY_IDEMPOTENCY_KEYS = f"""
+SELECT {_TASK_COLUMNS} FROM tf_task t WHERE t.queue_id = %(queue_id)s AND t.idempotency_key = ANY(%(keys)s)
+"""
+
+
+# --- claim ------------------------------------------------------------------------------------
+
+# The one hand-written claim, with two holes filled below at import. Picks due
+# pending tasks of the given queues in priority order (the partial index
+# tf_task_ready holds only pending rows), skipping rows another claimer holds,
+# and leases them in the same statement.
+_CLAIM = f"""
+WITH picked AS (
+    SELECT t.id, t.status AS from_status, t.status_changed_at AS from_changed_at
+    FROM {{source}}
+    WHERE {{queue_filter}} AND t.status = 'pending' AND t.scheduled_at <= now()
+    ORDER BY t.priority, t.scheduled_at
+    LIMIT %(limit)s
+    FOR UPDATE OF t SKIP LOCKED
+), moved AS (
+    UPDATE tf_task t
+    SET status = 'claimed', claimed_at = now(), claimed_by = %(worker_id)s, heartbeat_at = NULL,
+        lease_token = replace(gen_random_uuid()::text, '-', ''),
+        lease_expires_at = now() + make_interval(secs => %(lease_seconds)s),
+        attempts = t.attempts + 1, status_changed_at = now(), updated_at = now()
+    FROM picked p
+    WHERE t.id = p.id
+    RETURNING {_TASK_COLUMNS}, p.from_status, p.from_changed_at,
+              t.claimed_by AS event_worker, NULL::text AS event_detail
+)
+{_RECORD_EVENTS}
+ORDER BY m.priority, m.scheduled_at
+"""
+
+# Without ids (the Postgres fallback) the claim scans the ready index itself.
+_SCAN = "tf_task t"
+# Ids from the Redis lanes drive the claim: a primary-key lookup per id. A plain
+# ``t.id = ANY(...)`` filter, or a plain join, let the planner walk the ready
+# index over every due pending row of the queue to honour ORDER BY, and hash them
+# (2-3 ms at a 10,000-task backlog, as soon as the statistics lag behind a burst
+# of enqueues); the subquery with OFFSET 0 is a fence that keeps one index probe
+# per id (0.2 ms).
+_BY_IDS = """unnest(%(task_ids)s::uuid[]) AS wanted(id)
+    CROSS JOIN LATERAL (SELECT * FROM tf_task x WHERE x.id = wanted.id AND x.status = 'pending' OFFSET 0) t"""
+# One queue is compared with "=": the ordered scan of tf_task_ready then stops at
+# the LIMIT. "= ANY" (several queues) reads every due row of them and sorts.
+_ONE_QUEUE = "t.queue_id = %(queue_id)s"
+_SOME_QUEUES = "t.queue_id = ANY(%(queue_ids)s)"
+
+# Claim from one queue by scanning its ready index: stops at the LIMIT.
+CLAIM_FROM_ONE_QUEUE = _CLAIM.format(source=_SCAN, queue_filter=_ONE_QUEUE)
+# Claim from several queues by scanning: reads their due rows and sorts (a worker serving many queues).
+CLAIM_FROM_QUEUES = _CLAIM.format(source=_SCAN, queue_filter=_SOME_QUEUES)
+# Claim the ids the Redis lane proposed, in one queue: one primary-key probe per id.
+CLAIM_BY_IDS_FROM_ONE_QUEUE = _CLAIM.format(source=_BY_IDS, queue_filter=_ONE_QUEUE)
+# Claim proposed ids that may belong to any of several queues: still one probe per id.
+CLAIM_BY_IDS_FROM_QUEUES = _CLAIM.format(source=_BY_IDS, queue_filter=_SOME_QUEUES)
+
+
+# --- heartbeat, ack ---------------------------------------------------------------------------
+
+# Extend a held lease; the first heartbeat moves claimed -> executing. Its own
+# events CTE: a heartbeat of an executing task is recorded as kind 'heartbeat',
+# the first one as the transition it is.
+HEARTBEAT = f"""
+WITH i AS (SELECT %(task_id)s::uuid AS id, %(worker_id)s::text AS worker_id, %(lease_token)s::text AS lease_token),
+held AS (
+    SELECT t.id, t.status AS from_status, t.status_changed_at AS from_changed_at
+    FROM tf_task t JOIN i ON t.id = i.id WHERE {_HELD} FOR UPDATE OF t
+), moved AS (
+    UPDATE tf_task t
+    SET status = 'executing', heartbeat_at = now(), updated_at = now(),
+        lease_expires_at = now() + make_interval(secs => %(lease_seconds)s),
+        status_changed_at = CASE WHEN h.from_status = 'claimed' THEN now() ELSE t.status_changed_at END
+    FROM held h WHERE t.id = h.id
+    RETURNING {_TASK_COLUMNS}, h.from_status, h.from_changed_at,
+              t.claimed_by AS event_worker, NULL::text AS event_detail
+), events AS (
+    INSERT INTO tf_task_event (task_id, queue_id, kind, at, from_status, to_status, worker_id)
+    SELECT m.id, m.queue_id,
+           CASE WHEN m.from_status = 'claimed' THEN 'transition' ELSE 'heartbeat' END,
+           now(), m.from_status, m.status, m.event_worker
+    FROM moved m
+)
+SELECT m.*, extract(epoch FROM now() - m.from_changed_at) * 1000 AS duration_ms,
+       extract(epoch FROM now() - m.claimed_at) AS execution_seconds
+FROM moved m
+"""
+
+# Finish a batch of held tasks with their results in one statement; rows not
+# held are simply not returned (the caller tells lost leases from repeats).
+# Locked in id order so two batches sharing tasks cannot deadlock.
+ACK = f"""
+WITH i AS (
+    SELECT * FROM unnest(%(ids)s::uuid[], %(tokens)s::text[], %(results)s::jsonb[])
+        AS i(id, lease_token, result)
+), i2 AS (SELECT i.*, %(worker_id)s::text AS worker_id FROM i),
+held AS (
+    SELECT t.id, t.status AS from_status, t.status_changed_at AS from_changed_at, i.result
+    FROM tf_task t JOIN i2 i ON t.id = i.id WHERE {_HELD}
+    ORDER BY t.id FOR UPDATE OF t
+), moved AS (
+    UPDATE tf_task t
+    SET status = 'done', result = h.result, finished_at = now(), updated_at = now(),
+        status_changed_at = now(), lease_expires_at = NULL
+    FROM held h WHERE t.id = h.id
+    RETURNING {_TASK_COLUMNS}, h.from_status, h.from_changed_at,
+              t.claimed_by AS event_worker, NULL::text AS event_detail
+)
+{_RECORD_EVENTS}
+"""
+
+
+# --- failures: nack and lease expiry ----------------------------------------------------------
+# A failure is two statements in one transaction: lock the rows with what the
+# retry-or-dead decision needs, decide in Python (queues.lifecycle.decide, where
+# the jittered backoff is computed), then FAIL applies the outcomes.
+
+# Lock the nacked rows that are still held, with their attempts and the queue's backoff settings.
+LOCK_HELD_FOR_NACK = f"""
+WITH i AS (
+    SELECT * FROM unnest(%(ids)s::uuid[], %(tokens)s::text[]) AS i(id, lease_token)
+), i2 AS (SELECT i.*, %(worker_id)s::text AS worker_id FROM i)
+SELECT t.id, t.attempts, t.max_retries, q.retry_base_ms, q.retry_max_delay_ms
+FROM tf_task t JOIN i2 i ON t.id = i.id JOIN tf_queue q ON q.id = t.queue_id
+WHERE {_HELD}
+ORDER BY t.id
+FOR UPDATE OF t
+"""
+
+# Lock one batch of leases that ran out, oldest first; SKIP LOCKED lets several watchdogs share the work.
+LOCK_EXPIRED = """
+SELECT t.id, t.attempts, t.max_retries, q.retry_base_ms, q.retry_max_delay_ms
+FROM tf_task t JOIN tf_queue q ON q.id = t.queue_id
+WHERE t.status IN ('claimed', 'executing') AND t.lease_expires_at <= now()
+ORDER BY t.lease_expires_at
+LIMIT %(limit)s
+FOR UPDATE OF t SKIP LOCKED
+"""
+
+# Who held the expired leases: the error message names the worker that went silent.
+LEASE_HOLDERS = """
+SELECT id, claimed_by FROM tf_task WHERE id = ANY(%(task_ids)s)
+"""
+
+# Apply the decided outcome (retry with its delay, or dead with a DLQ entry) to
+# rows this transaction has locked. The status guard is repeated so the
+# statement is safe on its own.
+FAIL = f"""
+WITH d AS (
+    SELECT * FROM unnest(%(ids)s::uuid[], %(outcomes)s::text[], %(delays_ms)s::bigint[],
+                         %(errors)s::text[])
+        AS d(id, outcome, delay_ms, error)
+), old AS (
+    SELECT t.id, t.status AS from_status, t.status_changed_at AS from_changed_at
+    FROM tf_task t JOIN d ON d.id = t.id
+    WHERE t.status IN ('claimed', 'executing')
+), moved AS (
+    UPDATE tf_task t
+    SET status = d.outcome, last_error = d.error, updated_at = now(), status_changed_at = now(),
+        lease_expires_at = NULL,
+        scheduled_at = CASE WHEN d.outcome = 'retry'
+                            THEN now() + d.delay_ms * interval '1 millisecond'
+                            ELSE t.scheduled_at END
+    FROM d JOIN old ON old.id = d.id
+    WHERE t.id = d.id
+    RETURNING {_TASK_COLUMNS}, old.from_status, old.from_changed_at,
+              %(event_worker)s::text AS event_worker, d.error AS event_detail
+), dead AS (
+    INSERT INTO tf_dead_letter (id, queue_id, payload, last_error, attempts, died_at, replay_count)
+    SELECT m.id, m.queue_id, m.payload, m.last_error, m.attempts, now(), 0
+    FROM moved m WHERE m.status = 'dead'
+    ON CONFLICT (id) DO UPDATE
+    SET payload = excluded.payload, last_error = excluded.last_error,
+        attempts = excluded.attempts, died_at = excluded.died_at
+)
+{_RECORD_EVENTS}
+"""
+
+
+# --- scheduler and operators: retry -> pending --------------------------------------------------
+
+# Move retry tasks due within the horizon back to pending, keeping their
+# scheduled_at (claimable exactly when the backoff ends); SKIP LOCKED so
+# several schedulers share the work.
+PROMOTE_DUE = f"""
+WITH old AS (
+    SELECT t.id, t.status AS from_status, t.status_changed_at AS from_changed_at
+    FROM tf_task t
+    WHERE t.status = 'retry' AND t.scheduled_at <= now() + make_interval(secs => %(horizon)s)
+    ORDER BY t.scheduled_at
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+), moved AS (
+    UPDATE tf_task t SET status = 'pending', updated_at = now(), status_changed_at = now()
+    FROM old WHERE t.id = old.id
+    RETURNING {_TASK_COLUMNS}, old.from_status, old.from_changed_at,
+              NULL::text AS event_worker, NULL::text AS event_detail
+)
+{_RECORD_EVENTS}
+"""
+
+# An operator's "retry now": the given retry tasks skip the rest of their backoff.
+# Unlike a promotion, scheduled_at becomes now(), so the task is claimable at once.
+RETRY_NOW = f"""
+WITH old AS (
+    SELECT t.id, t.status AS from_status, t.status_changed_at AS from_changed_at
+    FROM tf_task t
+    WHERE t.status = 'retry' AND t.id = ANY(%(task_ids)s)
+    ORDER BY t.id
+    FOR UPDATE
+), moved AS (
+    UPDATE tf_task t
+    SET status = 'pending', scheduled_at = now(), updated_at = now(), status_changed_at = now()
+    FROM old WHERE t.id = old.id
+    RETURNING {_TASK_COLUMNS}, old.from_status, old.from_changed_at,
+              NULL::text AS event_worker, %(detail)s::text AS event_detail
+)
+{_RECORD_EVENTS}
+"""
+
+
+# --- producers and operators: cancel, replay, discard ---------------------------------------------
+
+# Cancel pending and retry tasks of one queue; the hole narrows it to one task or none.
+_CANCEL = f"""
+WITH old AS (
+    SELECT t.id, t.status AS from_status, t.status_changed_at AS from_changed_at
+    FROM tf_task t
+    WHERE t.queue_id = %(queue_id)s AND t.status IN ('pending', 'retry') {{id_filter}}
+    ORDER BY t.id
+    FOR UPDATE OF t
+), moved AS (
+    UPDATE tf_task t
+    SET status = 'cancelled', finished_at = now(), updated_at = now(), status_changed_at = now()
+    FROM old WHERE t.id = old.id
+    RETURNING {_TASK_COLUMNS}, old.from_status, old.from_changed_at,
+              NULL::text AS event_worker, %(detail)s::text AS event_detail
+)
+{_RECORD_EVENTS}
+"""
+
+# A producer cancels one task (DELETE /queues/{name}/tasks/{id}): nothing moves unless it is pending or retry.
+CANCEL_ONE = _CANCEL.format(id_filter="AND t.id = %(task_id)s")
+# Purge: cancel every pending and retry task of the queue, locked in id order.
+CANCEL_ALL = _CANCEL.format(id_filter="")
+
+# Put dead tasks of one queue back to pending with a fresh attempt budget and
+# count the replay on their DLQ entry; the hole picks which dead tasks.
+_REPLAY = f"""
+WITH old AS (
+    SELECT t.id, t.status AS from_status, t.status_changed_at AS from_changed_at
+    FROM tf_task t JOIN tf_dead_letter d ON d.id = t.id
+    WHERE t.queue_id = %(queue_id)s AND t.status = 'dead' {{id_filter}}
+    ORDER BY t.id
+    LIMIT %(limit)s
+    FOR UPDATE OF t
+), moved AS (
+    UPDATE tf_task t
+    SET status = 'pending', attempts = 0, scheduled_at = now(), updated_at = now(),
+        status_changed_at = now(), claimed_by = NULL, claimed_at = NULL, heartbeat_at = NULL,
+        lease_token = NULL, lease_expires_at = NULL
+    FROM old WHERE t.id = old.id
+    RETURNING {_TASK_COLUMNS}, old.from_status, old.from_changed_at,
+              NULL::text AS event_worker, %(detail)s::text AS event_detail
+), replayed AS (
+    UPDATE tf_dead_letter d SET replayed_at = now(), replay_count = d.replay_count + 1
+    FROM moved m WHERE d.id = m.id
+)
+{_RECORD_EVENTS}
+"""
+
+# Replay one dead task by id.
+REPLAY_ONE = _REPLAY.format(id_filter="AND t.id = %(task_id)s")
+# Replay one batch of the given dead tasks (the caller loops until a batch comes back short).
+REPLAY_SOME = _REPLAY.format(id_filter="AND t.id = ANY(%(task_ids)s)")
+# Replay one batch of the queue's dead tasks, whichever they are.
+REPLAY_ALL = _REPLAY.format(id_filter="")
+
+# Remove dead tasks for good with their DLQ entries and history; tasks that are
+# not dead (a replay got there first) are skipped by the lock's guard.
+DISCARD = """
+WITH doomed AS (
+    SELECT t.id FROM tf_task t JOIN tf_dead_letter d ON d.id = t.id
+    WHERE t.queue_id = %(queue_id)s AND t.status = 'dead' AND t.id = ANY(%(task_ids)s)
+    FOR UPDATE OF t
+), gone_letters AS (
+    DELETE FROM tf_dead_letter WHERE id IN (SELECT id FROM doomed)
+), gone_events AS (
+    DELETE FROM tf_task_event WHERE task_id IN (SELECT id FROM doomed)
+)
+DELETE FROM tf_task WHERE id IN (SELECT id FROM doomed) RETURNING id
+"""
+
+
+# --- queue deletion and retention -------------------------------------------------------------
+
+# Tasks that keep a queue from being deleted: anything not finished (done or cancelled).
+COUNT_BLOCKING = """
+SELECT count(*) AS n FROM tf_task
+WHERE queue_id = %(queue_id)s AND status IN ('pending', 'claimed', 'executing', 'retry', 'dead')
+"""
+
+# Deleting a queue: its history, DLQ entries and tasks, while the caller holds
+# the queue row's lock (the queue row itself goes last, through the ORM).
+DELETE_QUEUE_EVENTS = "DELETE FROM tf_task_event WHERE queue_id = %(queue_id)s"
+DELETE_QUEUE_DEAD_LETTERS = "DELETE FROM tf_dead_letter WHERE queue_id = %(queue_id)s"
+DELETE_QUEUE_TASKS = "DELETE FROM tf_task WHERE queue_id = %(queue_id)s"
+
+# Delete one batch of done/cancelled tasks past the retention period (with
+# their history); SKIP LOCKED so a busy row waits for the next round.
+PRUNE_FINISHED = """
+WITH doomed AS (
+    SELECT t.id FROM tf_task t
+    WHERE t.status IN ('done', 'cancelled') AND t.finished_at < now() - make_interval(days => %(days)s)
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+), gone_letters AS (
+    DELETE FROM tf_dead_letter WHERE id IN (SELECT id FROM doomed)
+), gone_events AS (
+    DELETE FROM tf_task_event WHERE task_id IN (SELECT id FROM doomed)
+)
+DELETE FROM tf_task WHERE id IN (SELECT id FROM doomed) RETURNING id
+"""
+
+
+# --- reads the moves use to explain a refusal -------------------------------------------------
+
+# One task of a queue (GET /queues/{name}/tasks/{id}, and why a cancel was refused).
+TASK_IN_QUEUE = f"""
+SELECT {_TASK_COLUMNS} FROM tf_task t WHERE t.id = %(task_id)s AND t.queue_id = %(queue_id)s
+"""
+
+# Tasks by id: tells an idempotent repeat of an ack from a lost lease.
+TASKS_BY_IDS = f"""
+SELECT {_TASK_COLUMNS} FROM tf_task t WHERE t.id = ANY(%(task_ids)s)
+"""
+
+# Whether a task exists at all: a refused lease move is LeaseLost if so, TaskNotFound if not.
+TASK_EXISTS = "SELECT 1 FROM tf_task WHERE id = %(task_id)s"
+
+# Whether a queue has a DLQ entry for the task: a refused replay or discard is 409 if so, 404 if not.
+DEAD_LETTER_EXISTS = "SELECT 1 FROM tf_dead_letter WHERE id = %(task_id)s AND queue_id = %(queue_id)s"
+
+
+#: Every named statement, name -> SQL, in the order above (for EXPLAIN tests and benchmarks).
+ALL: dict[str, str] = {
+    name: value
+    for name, value in dict(globals()).items()
+    if name.isupper() and not name.startswith("_") and isinstance(value, str)
+}

@@ -1,0 +1,219 @@
+"""The single-task calls at the lean edge answer over HTTP exactly as Django's path does.
+
+A real server (gunicorn, the uvicorn worker, ``taskforge.asgi``) serves
+enqueue, claim, heartbeat, ack and nack through ``taskforge.http.lean``; the
+same requests sent through Django's own stack (DRF's test client) are the
+reference: same status, same body, same ``Allow`` and ``WWW-Authenticate``,
+for successes and for every refusal (401, 403, 404, 405, 413, 415, 400, in
+the contract's order). Every request, long polls included, has its request id
+(echoed when sane, made otherwise), exactly one access log line, and is
+counted once on /metrics under its view, method and status.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+import uuid
+from collections import Counter
+from typing import Any
+
+import httpx
+import pytest
+from django.conf import settings
+from rest_framework.test import APIClient
+
+from queues.apikeys import create_key
+from tests.factories import QueueFactory
+from tests.integration.observability.scrape import family, parse
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
+
+VIEWS = {
+    "/queues/lean/tasks": "task-list",
+    "/workers/claim": "worker-claim",
+    "/workers/heartbeat": "worker-heartbeat",
+    "/workers/ack": "worker-ack",
+    "/workers/nack": "worker-nack",
+}
+JSON = "application/json"
+# Fields that differ between two answers of the same kind (new ids, clocks).
+VOLATILE = {"id", "task_id", "created_at", "updated_at", "scheduled_at", "claimed_at", "heartbeat_at",
+            "lease_token", "lease_expires_at", "finished_at"}  # fmt: skip
+
+
+def _stable(body: Any) -> Any:
+    if isinstance(body, dict):
+        return {k: "…" if k in VOLATILE else _stable(v) for k, v in body.items()}
+    if isinstance(body, list):
+        return [_stable(item) for item in body]
+    return body
+
+
+class Both:
+    """Sends each request to the live server and through Django's stack, and compares the answers."""
+
+    def __init__(self, url: str) -> None:
+        self.http = httpx.Client(base_url=url, timeout=40)
+        self.django = APIClient()
+        self.sent: Counter[tuple[str, str, str]] = Counter()  # (view, method, status) over HTTP
+        self.request_ids: list[str] = []
+
+    def live(
+        self, method: str, path: str, body: bytes | None, headers: dict[str, str], *, resolved: bool = True
+    ) -> httpx.Response:
+        """``resolved`` False: refused by the body rules, before Django resolves the view (so counted)."""
+        response = self.http.request(method, path, content=body, headers=headers)
+        view = (
+            VIEWS.get(re.sub(r"^/queues/[^/]+/", "/queues/lean/", path.rstrip("/"))) if resolved else "<unnamed view>"
+        )
+        if view is not None and response.status_code != 413:  # the body cap answers before any view
+            self.sent[(view, method, str(response.status_code))] += 1
+            self.request_ids.append(response.headers["x-request-id"])
+        return response
+
+    def reference(self, method: str, path: str, body: bytes | None, headers: dict[str, str]) -> Any:
+        extra = {f"HTTP_{name.upper().replace('-', '_')}": value for name, value in headers.items()}
+        content_type = extra.pop("HTTP_CONTENT_TYPE", None)
+        kwargs = {"content_type": content_type} if content_type is not None else {}
+        return self.django.generic(method, path, body or b"", **kwargs, **extra)
+
+    def same(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        *,
+        key: str | None,
+        expect: int,
+        resolved: bool = True,
+        **headers: str,
+    ) -> Any:
+        """Send the request both ways: same status (``expect``), body and headers; the live body."""
+        raw = body if isinstance(body, bytes) or body is None else json.dumps(body).encode()
+        if raw and "Content-Type" not in headers:
+            headers["Content-Type"] = JSON
+        if key is not None:
+            headers.setdefault("Authorization", f"Bearer {key}")
+        live = self.live(method, path, raw, headers, resolved=resolved)
+        reference = self.reference(method, path, raw, headers)
+        assert live.status_code == expect, (method, path, live.status_code, live.text)
+        assert reference.status_code == expect, (method, path, reference.status_code, reference.content)
+        live_body = live.json()
+        assert _stable(live_body) == _stable(json.loads(reference.content)), (method, path)
+        for name in ("Allow", "WWW-Authenticate", "Content-Type", "X-Frame-Options", "X-Content-Type-Options"):
+            assert live.headers.get(name) == reference.headers.get(name), (method, path, name)
+        return live_body
+
+
+@pytest.fixture
+def world(live_stack):
+    QueueFactory(name="lean")
+    keys = {role: create_key(f"lean-{role}", role)[1] for role in ("admin", "producer", "worker")}
+    url = live_stack.start_api(workers=1)
+    return keys, url, live_stack
+
+
+def test_every_hot_call_answers_as_django_does(world) -> None:
+    keys, url, stack = world
+    both = Both(url)
+    producer, worker = keys["producer"], keys["worker"]
+
+    for path, role_key in [(p, producer if p.startswith("/queues") else worker) for p in VIEWS]:
+        wrong_key = worker if role_key == producer else producer
+        # 415 and the body rules come first, before authentication.
+        both.same("POST", path, b"x", key=None, expect=415, resolved=False, **{"Content-Type": "text/plain"})
+        both.same("POST", path, {}, key=None, expect=415, resolved=False, **{"Content-Encoding": "gzip"})
+        # Then 401, then 403 ...
+        both.same("POST", path, {}, key=None, expect=401)
+        both.same("POST", path, b"{not json", key=None, expect=401)
+        both.same("POST", path, {}, key=None, expect=401, Authorization="Basic abc")
+        both.same("POST", path, {}, key="tf_" + "0" * 40, expect=401)
+        both.same("POST", path, {}, key=wrong_key, expect=403)
+        # ... then 405 for another method (answered by Django, after the same 401).
+        both.same("GET", path, None, key=None, expect=401)
+        both.same("PUT", path, {}, key=role_key, expect=405)
+        # Bodies the parser or the validation refuse.
+        both.same("POST", path, b"{not json", key=role_key, expect=400)
+        both.same("POST", path, b"[1]", key=role_key, expect=400)
+        both.same("POST", path, b'{"a": "\\u0000"}', key=role_key, expect=400)
+        both.same("POST", path, {"unknown": 1}, key=role_key, expect=400)
+        both.same("POST", path, None, key=role_key, expect=400)  # no body: every required field missing
+        both.same("POST", path + "/", {"unknown": 1}, key=role_key, expect=400)
+        both.same("POST", path, {}, key=role_key, expect=415, **{"Content-Type": "application/json; charset=latin-1"})
+        # The body cap, whatever the key (no request id, no log line: answered before any of that).
+        huge = b'{"payload": "' + b"x" * settings.TASKFORGE_MAX_PAYLOAD_BYTES + b'"}'
+        too_large = both.live("POST", path, huge, {"Content-Type": JSON, "Authorization": f"Bearer {role_key}"})
+        assert too_large.status_code == 413, too_large.text
+        assert too_large.json()["error"]["code"] == "payload_too_large"
+
+    # 404s: an unknown queue, whatever the body, after authentication.
+    both.same("POST", "/queues/nowhere/tasks", {"payload": {}}, key=producer, expect=404)
+    both.same("POST", "/queues/nowhere/tasks", b"{not json", key=producer, expect=404)
+    both.same("POST", "/workers/claim", {"worker_id": "w", "queue": "nowhere"}, key=worker, expect=404)
+    lease = {"worker_id": "w", "task_id": str(uuid.uuid4()), "lease_token": "x"}
+    both.same("POST", "/workers/heartbeat", lease, key=worker, expect=404)
+    both.same("POST", "/workers/ack", lease, key=worker, expect=404)
+    both.same("POST", "/workers/nack", {**lease, "error": "e"}, key=worker, expect=404)
+
+    # Successes: the live server's own (each changes state, so no reference run).
+    def live(path: str, body: dict[str, Any], key: str, **headers: str) -> httpx.Response:
+        headers = {"Authorization": f"Bearer {key}", **headers}
+        return both.live("POST", path, json.dumps(body).encode(), {"Content-Type": JSON, **headers})
+
+    created = live("/queues/lean/tasks", {"payload": {"n": 1}, "idempotency_key": "k1"}, producer)
+    assert created.status_code == 201 and created.json()["status"] == "pending", created.text
+    again = live("/queues/lean/tasks/", {"payload": {"n": 1}, "idempotency_key": "k1"}, producer)
+    assert again.status_code == 200 and again.json()["id"] == created.json()["id"]
+    claimed = live("/workers/claim", {"worker_id": "w", "queue": "lean", "max_tasks": 1}, worker)
+    assert claimed.status_code == 200, claimed.text
+    (task,) = claimed.json()["tasks"]
+    assert task["id"] == created.json()["id"] and task["lease_token"]
+    lease = {"worker_id": "w", "task_id": task["id"], "lease_token": task["lease_token"]}
+    beat = live("/workers/heartbeat", lease, worker)
+    assert beat.status_code == 200 and set(beat.json()) == {"task_id", "status", "lease_expires_at"}
+    acked = live("/workers/ack", {**lease, "result": {"ok": True}}, worker)
+    assert acked.status_code == 200 and acked.json()["status"] == "done", acked.text
+    assert live("/workers/ack", lease, worker).status_code in (200, 409)
+
+    # A long poll that waits, then gets the task enqueued meanwhile; one that gets nothing.
+    timer = threading.Timer(0.7, lambda: live("/queues/lean/tasks", {"payload": {"n": 2}}, producer))
+    timer.start()
+    started = time.monotonic()
+    polled = live("/workers/claim", {"worker_id": "w", "queue": "lean", "wait_seconds": 10}, worker)
+    timer.join()
+    assert polled.status_code == 200 and len(polled.json()["tasks"]) == 1, polled.text
+    assert 0.5 < time.monotonic() - started < 8
+    (task,) = polled.json()["tasks"]
+    nacked = live("/workers/nack", {"worker_id": "w", "task_id": task["id"], "lease_token": task["lease_token"],
+                                    "error": "boom", "retry": False}, worker)  # fmt: skip
+    assert nacked.status_code == 200 and nacked.json()["status"] == "dead", nacked.text
+    empty = live("/workers/claim", {"worker_id": "w", "queue": "lean", "wait_seconds": 1}, worker)
+    assert empty.status_code == 200 and empty.json() == {"tasks": []}
+
+    # Request ids: a sane one is echoed, anything else replaced by a fresh one.
+    mine = live("/workers/claim", {"worker_id": "w", "queue": "lean"}, worker, **{"X-Request-ID": "trace-42"})
+    assert mine.headers["x-request-id"] == "trace-42"
+    odd = live("/workers/claim", {"worker_id": "w", "queue": "lean"}, worker, **{"X-Request-ID": "bad id!"})
+    assert odd.headers["x-request-id"] not in ("bad id!", "") and len(odd.headers["x-request-id"]) == 32
+
+    # One access log line per request, with its id (long polls included).
+    lines = [json.loads(raw) for log in stack.logs for raw in log.read_text().splitlines() if raw.startswith("{")]
+    logged = Counter(line["request_id"] for line in lines if line.get("event") == "http.request")
+    assert all(logged[request_id] == 1 for request_id in both.request_ids), [
+        (i, logged[i]) for i in both.request_ids if logged[i] != 1
+    ]
+
+    # Every request counted once on /metrics, by view, method and status.
+    samples = parse(httpx.get(f"{url}/metrics", timeout=10).text)
+    counted = family(samples, "django_http_responses_total_by_status_view_method_total")
+    for (view, method, status), sent in both.sent.items():
+        labels = frozenset({"view": view, "method": method, "status": status}.items())
+        assert counted.get(labels) == sent, (view, method, status, counted.get(labels), sent)
+    by_view = family(samples, "django_http_requests_total_by_view_transport_method_total")
+    for view in VIEWS.values():
+        labels = frozenset({"view": view, "transport": "http", "method": "POST"}.items())
+        sent = sum(n for (v, m, _), n in both.sent.items() if v == view and m == "POST")
+        assert by_view.get(labels) == sent, (view, by_view.get(labels), sent)
