@@ -29,7 +29,7 @@ class LeaseItemSerializer(StrictSerializer):
     task_id = serializers.UUIDField(format="hex_verbose")
     lease_token = StrictCharField(required=False, allow_null=True, default=None, max_length=64)
 
-    def to_internal_value(self, data):  # type: ignore[no-untyped-def]
+    def to_internal_value(self, data):
         # A UUID must arrive as a string; DRF would also take an integer.
         if isinstance(data, dict) and not isinstance(data.get("task_id", ""), str):
             raise serializers.ValidationError({"task_id": ["Must be a UUID string."]})
@@ -61,8 +61,8 @@ class NackSerializer(WorkerIdentity, NackItemSerializer):
 
 
 class AckBatchSerializer(WorkerIdentity):
-    items = AckItemSerializer(many=True, allow_empty=False, max_length=100)
+    items = AckItemSerializer(many=True, allow_empty=False, max_length=100)  # type: ignore[call-arg]  # many=True builds a ListSerializer, which takes max_length
 
 
 class NackBatchSerializer(WorkerIdentity):
-    items = NackItemSerializer(many=True, allow_empty=False, max_length=100)
+    items = NackItemSerializer(many=True, allow_empty=False, max_length=100)  # type: ignore[call-arg]  # many=True builds a ListSerializer, which takes max_length
