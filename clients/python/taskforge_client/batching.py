@@ -25,13 +25,13 @@ import json
 import threading
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
-from taskforge_client.client import TaskForgeClient, enqueue_body
+from taskforge_client.bodies import Json, enqueue_body
 from taskforge_client.errors import PayloadTooLarge, ValidationError
 
 __all__ = ["MAX_BATCH_SIZE", "BatchingProducer", "TaskHandle"]
@@ -39,7 +39,11 @@ __all__ = ["MAX_BATCH_SIZE", "BatchingProducer", "TaskHandle"]
 MAX_BATCH_SIZE = 1000  # the contract's limit per batch request
 IDEMPOTENCY_PREFIX = "batch-"
 
-Json = dict[str, Any]
+
+class BatchSender(Protocol):
+    """What the producer needs of a client (``TaskForgeClient`` is one): it never imports the client."""
+
+    def enqueue_batch(self, queue: str, tasks: Iterable[Mapping[str, Any]]) -> list[Json]: ...
 
 
 class TaskHandle(Future[Json]):
@@ -65,7 +69,7 @@ class _Pending:
 class BatchingProducer:
     """Gathers ``enqueue`` calls into batch requests; safe to share between threads."""
 
-    def __init__(self, client: TaskForgeClient, queue: str, *, max_size: int = 100, max_delay: float = 0.01) -> None:
+    def __init__(self, client: BatchSender, queue: str, *, max_size: int = 100, max_delay: float = 0.01) -> None:
         if not 1 <= max_size <= MAX_BATCH_SIZE:
             raise ValueError(f"max_size must be between 1 and {MAX_BATCH_SIZE}")
         if max_delay < 0:

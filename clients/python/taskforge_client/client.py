@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
+from taskforge_client.bodies import Json, enqueue_body
 from taskforge_client.errors import ConnectionFailed, error_from_response
 
 if TYPE_CHECKING:
@@ -55,39 +56,9 @@ LONG_POLL_MARGIN_SECONDS = 5.0
 MAX_RETRY_AFTER_SECONDS = 30.0
 USER_AGENT = "taskforge-python-client/1.0"
 
-Json = dict[str, Any]
 TaskId = str | uuid.UUID
 # Parsed URLs kept per client; paths with a task id in them come and go.
 MAX_CACHED_URLS = 256
-
-
-def _timestamp(value: datetime | str | None) -> str | None:
-    if value is None or isinstance(value, str):
-        return value
-    if value.tzinfo is None or value.utcoffset() is None:
-        # TaskForge refuses naive timestamps; say so before the round trip.
-        raise ValueError("scheduled_at must be timezone-aware (naive datetimes are ambiguous)")
-    return value.isoformat()
-
-
-def enqueue_body(
-    payload: Mapping[str, Any],
-    *,
-    priority: int | None = None,
-    scheduled_at: datetime | str | None = None,
-    idempotency_key: str | None = None,
-    max_retries: int | None = None,
-) -> Json:
-    """One enqueue body as the contract spells it: the options given, none of those left out."""
-    body: Json = {"payload": payload if type(payload) is dict else dict(payload)}
-    optional = {
-        "priority": priority,
-        "scheduled_at": _timestamp(scheduled_at),
-        "idempotency_key": idempotency_key,
-        "max_retries": max_retries,
-    }
-    body.update({name: value for name, value in optional.items() if value is not None})
-    return body
 
 
 class TaskForgeClient:
