@@ -7,22 +7,13 @@ from datetime import datetime
 import pytest
 
 from queues.models import Queue, Status, Task
+from tests.contract import QUEUE_FIELDS
 from tests.factories import QueueFactory, TaskFactory
 from tests.integration.api.support import assert_error, counts, enqueue
 
 pytestmark = pytest.mark.django_db
 
-QUEUE_KEYS = {
-    "name",
-    "max_retries",
-    "rate_limit",
-    "rate_burst",
-    "paused",
-    "retry_base_ms",
-    "retry_max_delay_ms",
-    "created_at",
-    "updated_at",
-}
+QUEUE_KEYS = set(QUEUE_FIELDS)
 
 
 def create(client, **body):

@@ -10,30 +10,13 @@ from django.db import connection
 from django.utils import timezone
 
 from queues.models import Status, Task, TaskEvent
+from tests.contract import TASK_FIELDS
 from tests.factories import QueueFactory, TaskFactory
 from tests.integration.api.support import assert_error, claim, counts, enqueue, post
 
 pytestmark = pytest.mark.django_db
 
-TASK_KEYS = {
-    "id",
-    "queue",
-    "payload",
-    "status",
-    "priority",
-    "scheduled_at",
-    "created_at",
-    "updated_at",
-    "claimed_at",
-    "claimed_by",
-    "heartbeat_at",
-    "attempts",
-    "max_retries",
-    "last_error",
-    "result",
-    "finished_at",
-    "idempotency_key",
-}
+TASK_KEYS = set(TASK_FIELDS)
 
 
 def ts(value: str) -> datetime:
