@@ -124,11 +124,12 @@ if DB_POOL_SIZE:
     _db_options["pool"] = {"min_size": 1, "max_size": DB_POOL_SIZE, "timeout": 10}
     _db["CONN_MAX_AGE"] = 0  # the pool owns connection lifetime
 _db["OPTIONS"] = _db_options
-# Checked on every checkout (with the pool: psycopg_pool's check_connection, one
-# empty round trip): after a Postgres restart or pg_terminate_backend a process
-# would otherwise hand out its dead pooled connections one failed request (or
-# one failed loop tick, with backoff) at a time. Measured by make test-faults.
+# Checked on every checkout (with the pool: one empty round trip): after a
+# Postgres restart or pg_terminate_backend a process would otherwise hand out its
+# dead pooled connections one failed request (or loop tick) at a time. Measured by
+# make test-faults. This backend's pool also sweeps itself once it finds a dead one.
 _db["CONN_HEALTH_CHECKS"] = True
+_db["ENGINE"] = "taskforge.infra.postgres"
 DATABASES = {"default": _db}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
@@ -167,6 +168,9 @@ TASKFORGE_RETRY_MAX_DELAY_MS = env_int("TASKFORGE_RETRY_MAX_DELAY_MS", 3_600_000
 if TASKFORGE_RETRY_MAX_DELAY_MS < TASKFORGE_RETRY_BASE_MS:
     raise ImproperlyConfigured("TASKFORGE_RETRY_MAX_DELAY_MS must be >= TASKFORGE_RETRY_BASE_MS")
 TASKFORGE_MAX_PAYLOAD_BYTES = env_int("TASKFORGE_MAX_PAYLOAD_BYTES", 1_048_576, minimum=1024)
+# A request body must arrive whole within this many seconds (a 400 otherwise): a
+# client trickling its body holds no thread, but it must not hold memory forever.
+TASKFORGE_BODY_TIMEOUT_SECONDS = env_int("TASKFORGE_BODY_TIMEOUT_SECONDS", 30, minimum=1, maximum=3600)
 TASKFORGE_RETENTION_DAYS = env_int("TASKFORGE_RETENTION_DAYS", 7, minimum=0, maximum=3650)
 TASKFORGE_METRICS_TOKEN = env_optional("TASKFORGE_METRICS_TOKEN")
 TASKFORGE_FAILPOINTS = env_str("TASKFORGE_FAILPOINTS", "")
@@ -177,6 +181,10 @@ if TASKFORGE_FAILPOINTS:  # fault tests only; a typo must not silently disable a
 
 # Django's own request-body guard runs after ours; keep it out of the way.
 DATA_UPLOAD_MAX_MEMORY_SIZE = TASKFORGE_MAX_PAYLOAD_BYTES + 1024
+# Every body (browser forms included) is capped at the edge, so an upload never
+# needs a temporary file: nothing a client sends is written to disk.
+FILE_UPLOAD_MAX_MEMORY_SIZE = DATA_UPLOAD_MAX_MEMORY_SIZE
+FILE_UPLOAD_HANDLERS = ["django.core.files.uploadhandler.MemoryFileUploadHandler"]
 
 # --- REST framework -----------------------------------------------------------
 

@@ -7,10 +7,18 @@ This wrapper reads at most ``TASKFORGE_MAX_PAYLOAD_BYTES + 1`` bytes: past the
 cap it answers 413 at once and stops reading. Bodies within the cap are handed
 to Django unchanged (one message, with its length declared), and later
 ``receive()`` calls still reach the server, so disconnects are seen as before.
+
+Every path goes through it, the admin's and the dashboard's forms included:
+Django reads a body on one of the request threads, so a client trickling a
+form body at ``/admin/login/`` would hold that thread for as long as it
+likes, and a few dozen such clients would stall the worker protocol. Here the
+body is read on the event loop, whole, within ``TASKFORGE_BODY_TIMEOUT_SECONDS``
+(a 400 after that), before any thread is involved.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
@@ -25,39 +33,50 @@ Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
-# Browser pages post forms under Django's own limits (see taskforge.http.middleware).
-_EXEMPT_PREFIXES = ("/admin/", "/dashboard/")
-
 
 class BodyCapMiddleware:
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope.get("path", "").startswith(_EXEMPT_PREFIXES):
+        if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
         limit = settings.TASKFORGE_MAX_PAYLOAD_BYTES
         if _declared_length(scope) > limit:
-            await _too_large(send, limit)
+            await _refuse(send, 413, "payload_too_large", f"request body exceeds {limit} bytes")
             return
-        chunks: list[bytes] = []
-        size = 0
-        while True:
-            message = await receive()
-            if message["type"] != "http.request":  # the client left before sending it all
-                await self.app(scope, _replay([message], receive), send)
-                return
-            body = message.get("body", b"")
-            size += len(body)
-            if size > limit:
-                await _too_large(send, limit)
-                return
-            chunks.append(body)
-            if not message.get("more_body", False):
-                break
-        whole = {"type": "http.request", "body": b"".join(chunks), "more_body": False}
-        await self.app(_with_length(scope, size), _replay([whole], receive), send)
+        try:
+            async with asyncio.timeout(settings.TASKFORGE_BODY_TIMEOUT_SECONDS):
+                read = await _read_whole(receive, limit)
+        except TimeoutError:
+            # The contract's codes have no timeout: a body that never arrives is bad input.
+            seconds = settings.TASKFORGE_BODY_TIMEOUT_SECONDS
+            await _refuse(send, 400, "validation_error", f"the request body did not arrive within {seconds} s")
+            return
+        if read is None:
+            await _refuse(send, 413, "payload_too_large", f"request body exceeds {limit} bytes")
+        elif read["type"] != "http.request":  # the client left before sending it all
+            await self.app(scope, _replay([read], receive), send)
+        else:
+            await self.app(_with_length(scope, len(read["body"])), _replay([read], receive), send)
+
+
+async def _read_whole(receive: Receive, limit: int) -> Message | None:
+    """The body as one ``http.request`` message; the disconnect if the client left; None past ``limit``."""
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            return message
+        body = message.get("body", b"")
+        size += len(body)
+        if size > limit:
+            return None
+        chunks.append(body)
+        if not message.get("more_body", False):
+            return {"type": "http.request", "body": b"".join(chunks), "more_body": False}
 
 
 def _declared_length(scope: Scope) -> int:
@@ -95,12 +114,12 @@ def _replay(messages: list[Message], receive: Receive) -> Receive:
     return replayed
 
 
-async def _too_large(send: Send, limit: int) -> None:
-    body = orjson.dumps(error_body("payload_too_large", f"request body exceeds {limit} bytes"))
+async def _refuse(send: Send, status: int, code: str, message: str) -> None:
+    body = orjson.dumps(error_body(code, message))
     await send(
         {
             "type": "http.response.start",
-            "status": 413,
+            "status": status,
             "headers": [
                 (b"content-type", b"application/json"),
                 (b"content-length", str(len(body)).encode()),

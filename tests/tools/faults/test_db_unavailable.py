@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 import httpx
 import pytest
 from django import db
@@ -21,9 +23,47 @@ def test_database_errors_are_503_unavailable_with_retry_after(error):
     assert "administrator" not in str(response.data)  # no internals leak
 
 
-def test_connections_are_health_checked_so_a_killed_backend_is_replaced():
-    # With the pool, CONN_HEALTH_CHECKS makes psycopg_pool check every checkout.
-    assert settings.DATABASES["default"]["CONN_HEALTH_CHECKS"] is True
+@pytest.mark.django_db(transaction=True)
+def test_when_every_pooled_connection_dies_the_next_checkout_gets_a_fresh_one():
+    """A Postgres restart kills every pooled connection at once: the next query
+    must not wade through the dead ones (with backoff) past the pool's timeout."""
+    size = settings.DATABASES["default"]["OPTIONS"]["pool"]["max_size"]
+    opened = threading.Barrier(size - 1)
+
+    def hold_a_connection() -> None:  # fill the pool: every thread takes its own
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1")
+            opened.wait(timeout=10)
+        connection.close()  # back to the pool, alive
+
+    fill = [threading.Thread(target=hold_a_connection) for _ in range(size - 1)]
+    for thread in fill:
+        thread.start()
+    for thread in fill:
+        thread.join()
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )
+        (killed,) = cursor.fetchone()
+    assert killed >= size - 1
+    answers: list[object] = []
+
+    def query() -> None:
+        try:
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT 42")
+                answers.append(cursor.fetchone())
+        except db.Error as exc:
+            answers.append(exc)
+        finally:
+            connection.close()
+
+    later = threading.Thread(target=query)
+    later.start()
+    later.join()
+    assert answers == [(42,)]
 
 
 @pytest.mark.slow

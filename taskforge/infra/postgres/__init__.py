@@ -1,0 +1,1 @@
+"""Django's PostgreSQL backend, with a pool health check that notices a mass death (see ``base``)."""
