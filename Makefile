@@ -100,10 +100,10 @@ $(BENCH_STAMP): requirements-bench.txt
 bench: venv $(BENCH_STAMP) ## Benchmark against Celery (BENCH_QUICK=1: a short run)
 	$(WITH_SERVICES) $(BENCH_VENV)/bin/python -m bench
 
-# Fault injection, not part of make test (about 8 minutes, loopback only): kills, pauses,
+# Fault injection, not part of make test (about 10 minutes, loopback only): kills, pauses,
 # Redis and Postgres outages, skewed clocks (needs Debian's faketime), failpoints; every
 # scenario is checked for lost, duplicated or stale work. See faults/ and docs/guarantees.md.
-test-faults: venv ## Fault injection: outages, kills, skewed clocks (about 8 minutes)
+test-faults: venv ## Fault injection: outages, kills, skewed clocks (about 10 minutes; FAULTS_SOAK_MINUTES=N: a soak)
 	$(PY) -m faults $(FAULTS_ARGS)
 
 # Schemathesis over /api/schema with every role's key, coverage phase on (make test runs a

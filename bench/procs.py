@@ -11,9 +11,12 @@ Ctrl-C, a kill and a crash all take the same path.
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
-from collections.abc import Sequence
+import sys
+import time
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -21,6 +24,10 @@ from taskforge.dev import launcher
 
 ROOT = launcher.ROOT
 STOP_ALL_GRACE_SECONDS = 15
+# How long a SIGKILLed process tree may take to be gone. The kernel delivers
+# SIGKILL at once, but a process dies only when it next runs: on a loaded
+# machine that can take longer than the launcher's own few seconds of waiting.
+GONE_TIMEOUT_SECONDS = 60
 
 
 @dataclass
@@ -59,13 +66,34 @@ class Supervisor:
     def stop(self, child: Child, grace: float = 10.0) -> None:
         """SIGTERM the child's process group, then SIGKILL whatever is left after ``grace``."""
         launcher.terminate(child.process, grace=grace, group=True)
+        wait_until_gone([child.pid])
         if child in self.children:
             self.children.remove(child)
 
     def stop_all(self) -> None:
         """Stop every child's group (one shared grace period); returns once none of them runs."""
         launcher.terminate_all([c.process for c in self.children], grace=STOP_ALL_GRACE_SECONDS, group=True)
+        wait_until_gone([c.pid for c in self.children])
         self.children.clear()
+
+
+def wait_until_gone(groups: Iterable[int], timeout: float = GONE_TIMEOUT_SECONDS) -> None:
+    """SIGKILL and wait until no process of these process groups runs (zombies do not count).
+
+    A process still listed after ``timeout`` (stuck in the kernel) is reported on stderr.
+    """
+    deadline = time.monotonic() + timeout
+    alive = [group for group in groups if launcher.group_alive(group)]
+    while alive and time.monotonic() < deadline:
+        for group in alive:
+            try:
+                os.killpg(group, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass  # gone meanwhile
+        time.sleep(0.05)
+        alive = [group for group in alive if launcher.group_alive(group)]
+    if alive:
+        print(f"bench: process groups {alive} still run {timeout:.0f} s after SIGKILL", file=sys.stderr, flush=True)
 
 
 class Interrupted(BaseException):

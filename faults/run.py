@@ -30,10 +30,11 @@ from typing import Any
 
 import psycopg
 
-from faults import checker
+from faults import checker, makerun
 from faults.load import Producer, create_queue, probe
 from faults.scenarios import SCENARIOS, Scenario
 from faults.services import EmbeddedPostgres, MachinePostgres, RedisServer
+from faults.soak import soak, verify_soak
 from faults.stack import LEASE_SECONDS, LOOPS, Proc, Stack
 
 DEFAULT_DATABASE_URL = "postgres://postgres@127.0.0.1:5432/taskforge_faults"
@@ -125,7 +126,7 @@ class Harness:
         for command in LOOPS:
             if not self.stack.loops(command):
                 self.stack.start_loop(command)
-        nominal = [p for p in self.stack.workers() if not any(t in p.name for t in ("-plus", "-minus", "-fp"))]
+        nominal = [p for p in self.stack.workers() if not any(t in p.name for t in ("-plus", "-minus", "-fp", "-skew"))]
         for _ in range(self.workers - len(nominal)):
             self.stack.start_worker()
 
@@ -280,6 +281,24 @@ def _print_totals(results: list[dict[str, Any]], totals: dict[str, Any]) -> None
     )
 
 
+def _harness_error(name: str) -> dict[str, Any]:
+    return {"scenario": name, "ok": False, "tasks": 0, "lost": 0, "stuck": 0,
+            "duplicate_executions": 0, "duplicate_completions": 0, "duplicates_per_10k": 0.0,
+            "lease_expiries": 0, "violations": {"harness error": 1}, "faults": []}  # fmt: skip
+
+
+def soak_scenario(minutes: float) -> Scenario:
+    # On the embedded Postgres: restarting it is part of the catalogue.
+    return Scenario(
+        "soak",
+        f"the whole catalogue at random for {minutes:g} min",
+        soak,
+        load_seconds=minutes * 60,
+        verify=verify_soak,
+        restartable_postgres=True,
+    )
+
+
 def _reachable(url: str) -> bool:
     try:
         MachinePostgres(url).ping()
@@ -293,7 +312,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", default="", help="comma-separated scenario names (default: all)")
     parser.add_argument("--workers", type=int, default=6, help="reference workers (4-8)")
     parser.add_argument("--rate", type=float, default=20.0, help="enqueues per second")
-    parser.add_argument("--budget", type=float, default=570.0, help="skip scenarios that would start after this")
+    parser.add_argument("--budget", type=float, default=660.0, help="skip scenarios that would start after this")
     parser.add_argument(
         "--database-url",
         default=os.environ.get("TASKFORGE_FAULTS_DATABASE_URL", DEFAULT_DATABASE_URL),
@@ -307,9 +326,20 @@ def main(argv: list[str] | None = None) -> int:
         "everything; auto: machine when reachable",
     )
     parser.add_argument("--keep", action="store_true", help="keep the run directory (logs) even when all pass")
+    parser.add_argument(
+        "--soak-minutes",
+        type=float,
+        default=float(os.environ.get("FAULTS_SOAK_MINUTES") or 0),
+        help="instead of the scenarios: the whole catalogue at random for this long (FAULTS_SOAK_MINUTES)",
+    )
     args = parser.parse_args(argv)
-    chosen = [s for s in SCENARIOS if not args.only or s.name in args.only.split(",")]
-    if not chosen:
+    if args.soak_minutes > 0:
+        chosen = [soak_scenario(args.soak_minutes)]
+        args.budget = float("inf")
+    else:
+        chosen = [s for s in SCENARIOS if not args.only or s.name in args.only.split(",")]
+    with_make_run = not args.soak_minutes and (not args.only or makerun.NAME in args.only.split(","))
+    if not chosen and not with_make_run:
         parser.error(f"no scenario matches {args.only!r}; known: {', '.join(s.name for s in SCENARIOS)}")
 
     run_dir = Path(tempfile.mkdtemp(prefix="taskforge-faults-"))
@@ -343,11 +373,21 @@ def main(argv: list[str] | None = None) -> int:
                 results.append(harness.run_scenario(scenario))
         except Exception:
             traceback.print_exc()
-            results.append({"scenario": f"stack ({label})", "ok": False, "tasks": 0, "lost": 0, "stuck": 0,
-                            "duplicate_executions": 0, "duplicate_completions": 0, "duplicates_per_10k": 0.0,
-                            "lease_expiries": 0, "violations": {"harness error": 1}, "faults": []})  # fmt: skip
+            results.append(_harness_error(f"stack ({label})"))
         finally:
             harness.stop()
+
+    if with_make_run:  # the same kills, against `make run` itself (faults/makerun.py)
+        make_run_dir = run_dir / "make-run"
+        make_run_dir.mkdir()
+        url = os.environ.get("TASKFORGE_FAULTS_MAKERUN_DATABASE_URL", makerun.DEFAULT_DATABASE_URL)
+        on = MachinePostgres(url) if postgres == "machine" else EmbeddedPostgres(make_run_dir)
+        try:
+            results.append(makerun.run_make_run(make_run_dir, on, rate=args.rate))
+            _print_scenario(results[-1])
+        except Exception:
+            traceback.print_exc()
+            results.append(_harness_error(f"stack ({makerun.NAME})"))
 
     totals = _totals(results, time.monotonic() - started)
     _print_totals(results, totals)

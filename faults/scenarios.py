@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import psycopg
 
+from faults import resources
 from faults.services import terminate_backends
 from faults.stack import LEASE_SECONDS, LOOPS, Proc, skewed_env
 
@@ -415,4 +416,6 @@ SCENARIOS = [
     Scenario("pg-terminate", "pg_terminate_backend of TaskForge's connections (3 times)", pg_terminate, 10),
     Scenario("clock-skew", "a worker and loops with clocks skewed by +-1 h", clock_skew, 12, verify_clock_skew),
     Scenario("pg-restart", "fast Postgres restart under load (twice)", pg_restart, 12, restartable_postgres=True),
+    Scenario("redis-oom", "Redis out of memory (noeviction) under load (twice)", resources.redis_oom, 14),
+    Scenario("pg-disk-full", "Postgres out of disk (twice)", resources.pg_disk_full, 14, resources.verify_refusals),
 ]

@@ -5,8 +5,11 @@
 2. ``migrate``, ``collectstatic``, and an admin API key + superuser (printed,
    and kept in ``.taskforge/credentials.json``, mode 0600).
 3. The API (gunicorn, exactly as in production), the scheduler, dispatcher
-   and watchdog loops, and ``WORKERS`` demo workers.
-4. Ctrl-C (or SIGTERM) stops every child gracefully, then the servers.
+   and watchdog loops, and ``WORKERS`` demo workers, supervised
+   (``taskforge.dev.supervisor``): a process that exits, however it ends, is
+   logged on stderr and started again after a short, growing delay.
+4. Only Ctrl-C (or SIGTERM) ends ``make run``: it stops every child
+   gracefully, then the servers.
 """
 
 from __future__ import annotations
@@ -16,17 +19,22 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from taskforge.dev import launcher
+from taskforge.dev.supervisor import Supervisor
 
 ROOT = launcher.ROOT
 STOP_GRACE_SECONDS = 20
+DEMO_HANDLER = "taskforge_client.demo:handle"
 
 
 def _manage(*args: str, env: dict[str, str]) -> None:
     subprocess.run(launcher.manage_py(*args), cwd=ROOT, env=env, check=True)
+
+
+def _log(message: str) -> None:
+    print(f"make run: {message}", file=sys.stderr, flush=True)
 
 
 def main() -> int:
@@ -41,7 +49,7 @@ def main() -> int:
         env.update({k: v for k, v in services.env.items() if not env.get(k)})
         # Development keeps a generated secret under .taskforge/ (never in the repo).
         env.setdefault("DJANGO_SECRET_KEY", embedded.dev_secret_key(home))
-    children: list[subprocess.Popen[bytes]] = []
+    supervisor = Supervisor(log=_log)
     stopping = False
 
     def stop(signum: int, frame: object) -> None:
@@ -56,10 +64,10 @@ def main() -> int:
         _manage("ensure_admin", "--credentials-file", str(home / "credentials.json"), env=env)
         port = env.setdefault("PORT", "8080")
         api = launcher.api_server(port=int(port))
-        children.append(launcher.spawn(api.argv, api.environ(env)))
+        supervisor.add("api", api.argv, api.environ(env))
         for command in launcher.LOOPS:
             loop = launcher.loop(command)
-            children.append(launcher.spawn(loop.argv, loop.environ(env)))
+            supervisor.add(command.removeprefix("run_"), loop.argv, loop.environ(env))
         workers = int(env.get("WORKERS", "0") or 0)
         # The demo workers use the admin key ensure_admin keeps (admin may call the worker protocol);
         # it holds a "(kept from an earlier start...)" note instead when the database outlived .taskforge/.
@@ -76,18 +84,13 @@ def main() -> int:
                 "TASKFORGE_API_KEY": worker_key,
             }
             for number in range(workers):
-                worker = launcher.reference_worker(
-                    handler="taskforge_client.demo:handle", worker_id=f"demo-worker-{number + 1}"
-                )
-                children.append(launcher.spawn(worker.argv, worker.environ(worker_env)))
+                name = f"demo-worker-{number + 1}"
+                worker = launcher.reference_worker(handler=env.get("DEMO_HANDLER") or DEMO_HANDLER, worker_id=name)
+                supervisor.add(name, worker.argv, worker.environ(worker_env))
         print(f"TaskForge is serving on http://127.0.0.1:{port} (admin: /admin/). Ctrl-C stops it.", flush=True)
-        while not stopping:
-            if any(child.poll() is not None for child in children):
-                print("A TaskForge process exited; stopping the rest.", file=sys.stderr, flush=True)
-                break
-            time.sleep(0.2)
+        supervisor.run(lambda: stopping)
     finally:
-        launcher.terminate_all(children, grace=STOP_GRACE_SECONDS)
+        supervisor.stop(grace=STOP_GRACE_SECONDS)
         if services is not None:
             services.stop()
     return 0

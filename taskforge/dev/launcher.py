@@ -284,7 +284,7 @@ def _signal(process: subprocess.Popen[bytes], signum: int, *, group: bool) -> No
         pass  # already gone
 
 
-def _group_alive(pgid: int) -> bool:
+def group_alive(pgid: int) -> bool:
     """Whether any process of group ``pgid`` still runs (zombies, dead but unreaped, do not count)."""
     proc = Path("/proc")
     if not proc.is_dir():
@@ -316,7 +316,7 @@ def kill(process: subprocess.Popen[bytes], *, group: bool = False) -> int | None
     if group:
         _signal(process, signal.SIGKILL, group=True)
         deadline = time.monotonic() + _GROUP_EXIT_SECONDS
-        while _group_alive(process.pid) and time.monotonic() < deadline:
+        while group_alive(process.pid) and time.monotonic() < deadline:
             time.sleep(0.02)
     else:
         children = child_pids(process.pid)

@@ -81,17 +81,25 @@ def test_stop_all_ends_every_process_of_a_child_tree(tmp_path):
     deadline = time.monotonic() + 5
     while len(descendants(child.pid)) < 3 and time.monotonic() < deadline:
         time.sleep(0.05)
-    tree = descendants(child.pid)
-    assert len(tree) == 3
+    tree = {pid: _state_and_start(pid) for pid in descendants(child.pid)}
+    assert len(tree) == 3 and None not in tree.values()
     supervisor.stop_all()
-    for pid in tree:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
+    for pid, before in tree.items():
+        after = _state_and_start(pid)
+        # Gone, or the pid was reaped and handed to a new process (another start time).
+        if after is None or after[1] != before[1]:
             continue
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        assert state == "Z", f"process {pid} survived stop_all"
+        assert after[0] == "Z", f"process {pid} survived stop_all (state {after[0]})"
     assert supervisor.children == []
+
+
+def _state_and_start(pid: int) -> tuple[str, int] | None:
+    """A process's state and start time (clock ticks after boot), None once it is gone (proc(5))."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return fields[0], int(fields[19])
 
 
 def test_children_die_with_a_killed_harness(tmp_path):
