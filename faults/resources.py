@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import os
 import subprocess
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -38,10 +39,14 @@ class CannotMount(RuntimeError):
 @contextlib.contextmanager
 def tiny_tablespace(h: Harness) -> Iterator[Path]:
     """``tf_task`` on a tablespace over a fresh tmpfs mount; yields the mount to fill."""
-    mount = h.run_dir / "tiny-disk"
-    mount.mkdir(exist_ok=True)
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={MOUNT_MB}m", "tmpfs", str(mount)], capture_output=True)
+    # Outside the run directory (mode 0700): the Postgres server's user must reach it.
+    mount = Path(tempfile.mkdtemp(prefix="taskforge-tiny-disk-"))
+    mount.chmod(0o755)
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={MOUNT_MB}m,mode=0755", "tmpfs", str(mount)], capture_output=True
+    )
     if done.returncode != 0:
+        mount.rmdir()
         raise CannotMount(done.stderr.decode(errors="replace").strip() or "mount failed")
     try:
         location = mount / "tablespace"
@@ -58,6 +63,7 @@ def tiny_tablespace(h: Harness) -> Iterator[Path]:
             conn.execute("ALTER TABLE tf_task SET TABLESPACE pg_default")
             conn.execute(f"DROP TABLESPACE IF EXISTS {TABLESPACE}")
         subprocess.run(["umount", "-l", str(mount)], capture_output=True)
+        mount.rmdir()
 
 
 def fill(mount: Path) -> Path:
