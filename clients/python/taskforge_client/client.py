@@ -28,11 +28,12 @@ import uuid
 from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
 
 import httpx
 
 from taskforge_client.bodies import Json, enqueue_body
-from taskforge_client.errors import ConnectionFailed, error_from_response
+from taskforge_client.errors import ConnectionFailed, ServerError, error_from_response
 
 if TYPE_CHECKING:
     from taskforge_client.batching import BatchingProducer
@@ -121,7 +122,9 @@ class TaskForgeClient:
             idempotency_key=idempotency_key,
             max_retries=max_retries,
         )
-        answer: Json = self._request("POST", f"/queues/{queue}/tasks", json=body, retry=idempotency_key is not None)
+        answer: Json = self._request(
+            "POST", f"/queues/{_part(queue)}/tasks", json=body, retry=idempotency_key is not None
+        )
         return answer
 
     def batch(self, queue: str, *, max_size: int = 100, max_delay: float = 0.01) -> BatchingProducer:
@@ -147,28 +150,28 @@ class TaskForgeClient:
             payload = fields.pop("payload")
             items.append(enqueue_body(payload, **fields))
         retry = bool(items) and all("idempotency_key" in item for item in items)
-        created: list[Json] = self._request("POST", f"/queues/{queue}/tasks/batch", json={"tasks": items}, retry=retry)[
-            "tasks"
-        ]
+        created: list[Json] = self._request(
+            "POST", f"/queues/{_part(queue)}/tasks/batch", json={"tasks": items}, retry=retry
+        )["tasks"]
         return created
 
     def get_task(self, queue: str, task_id: TaskId) -> Json:
         """One task with its ``history`` of transitions."""
-        answer: Json = self._request("GET", f"/queues/{queue}/tasks/{task_id}", retry=True)
+        answer: Json = self._request("GET", f"/queues/{_part(queue)}/tasks/{_part(task_id)}", retry=True)
         return answer
 
     def cancel(self, queue: str, task_id: TaskId) -> Json:
         """Cancel a pending or retry task (``Conflict`` otherwise)."""
-        answer: Json = self._request("DELETE", f"/queues/{queue}/tasks/{task_id}")
+        answer: Json = self._request("DELETE", f"/queues/{_part(queue)}/tasks/{_part(task_id)}")
         return answer
 
     def stats(self, queue: str) -> Json:
-        answer: Json = self._request("GET", f"/queues/{queue}/stats", retry=True)
+        answer: Json = self._request("GET", f"/queues/{_part(queue)}/stats", retry=True)
         return answer
 
     def dead_letters(self, queue: str) -> list[Json]:
         """The queue's dead-letter entries, newest death first (admin key; first page)."""
-        answers: list[Json] = self._request("GET", f"/queues/{queue}/dlq", retry=True)["results"]
+        answers: list[Json] = self._request("GET", f"/queues/{_part(queue)}/dlq", retry=True)["results"]
         return answers
 
     def create_queue(self, name: str, **settings: Any) -> Json:
@@ -194,10 +197,22 @@ class TaskForgeClient:
         answers: list[Json] = self._request("POST", "/workers/claim", json=body, retry=True, timeout=timeout)["tasks"]
         return answers
 
-    def heartbeat(self, worker_id: str, task_id: TaskId, lease_token: str | None = None) -> Json:
-        """Extend the lease; ``LeaseLost`` means stop working on the task."""
+    def heartbeat(
+        self,
+        worker_id: str,
+        task_id: TaskId,
+        lease_token: str | None = None,
+        *,
+        timeout: float | None = None,
+        retry: bool = True,
+    ) -> Json:
+        """Extend the lease; ``LeaseLost`` means stop working on the task.
+
+        A worker that holds many leases passes a short ``timeout`` and
+        ``retry=False`` and retries itself, so one slow call never outlasts a lease.
+        """
         body = {"worker_id": worker_id, "task_id": str(task_id), "lease_token": lease_token}
-        answer: Json = self._request("POST", "/workers/heartbeat", json=body, retry=True)
+        answer: Json = self._request("POST", "/workers/heartbeat", json=body, retry=retry, timeout=timeout)
         return answer
 
     def ack(
@@ -244,10 +259,13 @@ class TaskForgeClient:
         answers: list[Json] = self._request("POST", "/workers/ack/batch", json=body)["results"]
         return answers
 
-    def nack_batch(self, worker_id: str, items: Iterable[Mapping[str, Any]]) -> list[Json]:
-        """Nack 1-100 tasks: items ``{"task_id", "lease_token", "error", "retry", "retry_after_seconds"}``."""
+    def nack_batch(
+        self, worker_id: str, items: Iterable[Mapping[str, Any]], *, timeout: float | None = None
+    ) -> list[Json]:
+        """Nack 1-100 tasks: items ``{"task_id", "lease_token", "error", "retry", "retry_after_seconds"}``.
+        ``timeout`` overrides the client's for this call (a worker handing tasks back at shutdown)."""
         body = {"worker_id": worker_id, "items": [_item(item) for item in items]}
-        answers: list[Json] = self._request("POST", "/workers/nack/batch", json=body)["results"]
+        answers: list[Json] = self._request("POST", "/workers/nack/batch", json=body, timeout=timeout)["results"]
         return answers
 
     # -- transport ---------------------------------------------------------
@@ -278,8 +296,7 @@ class TaskForgeClient:
                 self._pause(attempt, response.headers.get("Retry-After"))
                 continue
             if response.is_success:
-                content = response.content
-                return decode_json(content) if content else None
+                return _decoded(response, method, path)
             raise error_from_response(response)
         raise AssertionError("unreachable")  # pragma: no cover
 
@@ -298,6 +315,28 @@ class TaskForgeClient:
         if retry_after and retry_after.isdigit():
             delay = max(delay, min(float(retry_after), MAX_RETRY_AFTER_SECONDS))
         time.sleep(delay)
+
+
+def _decoded(response: httpx.Response, method: str, path: str) -> Any:
+    """A success answer's JSON; one that is not JSON (a proxy's page, a cut-off body) is a ``ServerError``,
+    so callers treat it like any other failed call instead of meeting a decoder's exception."""
+    content = response.content
+    if not content:
+        return None
+    try:
+        return decode_json(content)
+    except ValueError:  # orjson.JSONDecodeError and json.JSONDecodeError both are
+        snippet = content[:200].decode("utf-8", "replace")
+        raise ServerError(
+            f"{method} {path} answered {response.status_code} with a body that is not JSON: {snippet!r}",
+            code="invalid_answer",
+            status=response.status_code,
+        ) from None
+
+
+def _part(value: TaskId) -> str:
+    """One path segment, percent-encoded: a queue name or task id never changes which URL is called."""
+    return quote(str(value), safe="")
 
 
 def _item(item: Mapping[str, Any]) -> Json:

@@ -303,7 +303,7 @@ def test_bad_configuration_exits_2_naming_the_setting(argv, env, message):
 class PartitionedClient(TaskForgeClient):
     """A client whose heartbeats never get through (a half-broken network path)."""
 
-    def heartbeat(self, worker_id, task_id, lease_token=None):  # type: ignore[no-untyped-def]
+    def heartbeat(self, worker_id, task_id, lease_token=None, **options):  # type: ignore[no-untyped-def]
         raise ConnectionFailed("heartbeat: network unreachable")
 
 

@@ -366,3 +366,32 @@ def test_a_client_needs_a_key_and_a_positive_timeout():
         TaskForgeClient("http://tf.test", "")
     with pytest.raises(ValueError, match="timeout"):
         TaskForgeClient("http://tf.test", "k", timeout=0)
+
+
+# --- path parts and unexpected answers -----------------------------------------------------------
+
+
+def test_queue_names_and_task_ids_are_quoted_into_one_path_segment(client, server):
+    client.get_task("a/b?c#d", "../x")
+    assert server.last.url.raw_path == b"/queues/a%2Fb%3Fc%23d/tasks/..%2Fx"
+    client.stats("mail queue")
+    assert server.last.url.raw_path == b"/queues/mail%20queue/stats"
+    client.cancel("x/y", "1 2")
+    assert (server.last.method, server.last.url.raw_path) == ("DELETE", b"/queues/x%2Fy/tasks/1%202")
+
+
+def test_a_success_answer_that_is_not_json_is_a_server_error(client, server):
+    server.answer = lambda request: httpx.Response(200, text="<html>proxy says hi</html>")
+    with pytest.raises(ServerError) as caught:
+        client.heartbeat("w", TASK_ID, "lease")
+    assert caught.value.code == "invalid_answer"
+    assert caught.value.status == 200
+    assert "not JSON" in caught.value.message and "proxy says hi" in caught.value.message
+
+
+def test_a_heartbeat_may_skip_retries_and_take_a_shorter_timeout(client, server):
+    server.answer = error(503, "unavailable")
+    with pytest.raises(Unavailable):
+        client.heartbeat("w", TASK_ID, "lease", timeout=0.7, retry=False)
+    assert len(server.requests) == 1
+    assert server.last.extensions["timeout"]["read"] == 0.7

@@ -7,6 +7,10 @@ checked end to end in tests/integration/workers/test_runner.py.)
 
 from __future__ import annotations
 
+import os
+import re
+import socket
+
 import pytest
 
 from taskforge_client.worker.config import ConfigError, load_config
@@ -104,3 +108,11 @@ def test_the_request_timeout_must_outlast_the_long_poll(timeout, wait):
 def test_a_request_timeout_just_above_the_wait_is_accepted():
     config = load_config(["--request-timeout", "5.5", "--wait-seconds", "5"], KEY)
     assert (config.request_timeout, config.wait_seconds) == (5.5, 5)
+
+
+def test_default_worker_id_is_hostname_pid_and_a_random_suffix():
+    """In containers every worker is pid 1 (and hostnames can repeat): the suffix keeps ids apart."""
+    first, second = load_config([], KEY).worker_id, load_config([], KEY).worker_id
+    assert first != second
+    assert re.fullmatch(rf"{re.escape(socket.gethostname())}-{os.getpid()}-[0-9a-f]{{6}}", first)
+    assert load_config(["--worker-id", "mine"], KEY).worker_id == "mine"

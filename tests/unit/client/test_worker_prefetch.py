@@ -75,3 +75,48 @@ def test_a_waiting_task_whose_lease_was_lost_is_not_started():
     assert not table.begin(waiting)
     assert table.held_count() == 0
     assert table.due_for_heartbeat(time.monotonic() + 60) == []
+
+
+def test_outcomes_not_yet_confirmed_stop_the_claims_at_the_ceiling():
+    """Acks failing (TaskForge half down) must not let the worker claim without bound."""
+    table = InFlight(concurrency=2, prefetch=1)
+    claimed = 0
+    for n in range(20):
+        room = table.room(wait=0)
+        if room <= 0:
+            break
+        for one in (flight(100 * n + k) for k in range(room)):
+            table.add(one)
+            assert table.begin(one)
+            table.handler_returned(one)  # finished; its ack is never confirmed (no forget)
+            claimed += 1
+    assert claimed == table.most == 4  # the handlers' tasks plus one round of unconfirmed outcomes
+    assert table.unconfirmed_count() == 4
+    assert table.room(wait=0) == 0
+    table.forget(table.due_for_heartbeat(time.monotonic() + 60)[0])  # one ack confirmed
+    assert table.room(wait=0) == 1
+
+
+def test_a_heartbeat_on_its_way_is_not_sent_again():
+    table = InFlight(concurrency=1)
+    one = flight(1)
+    table.add(one)
+    later = time.monotonic() + 60
+    assert table.due_for_heartbeat(later) == [one]
+    assert table.due_for_heartbeat(later) == []  # the first beat has not come back yet
+    table.beat_done(one, next_beat=0)
+    assert table.due_for_heartbeat(later) == [one]
+
+
+def test_a_running_task_past_its_time_limit_times_out_but_keeps_its_slot_until_the_handler_returns():
+    table = InFlight(concurrency=1)
+    limited = Flight.start(Job("1", "q", {}, 1, 0, "w", "lease", {"timeout_seconds": 5}), heartbeat_interval=10)
+    table.add(limited)
+    assert table.begin(limited)
+    assert table.time_out(time.monotonic()) == []
+    assert table.time_out(time.monotonic() + 6) == [limited]
+    assert limited.state == "timed_out" and limited.job.cancelled.is_set()
+    assert table.time_out(time.monotonic() + 6) == []  # nacked once
+    assert table.held_count() == 1  # the thread still runs the handler
+    assert table.handler_returned(limited).startswith("its execution time limit had passed")
+    assert table.held_count() == 0

@@ -1,7 +1,7 @@
 """Runs, inside the worker, the Django ``@task`` a TaskForge payload names.
 
 The reference worker imports this module by name the first time it claims a
-payload holding ``django_task`` (``taskforge_client.worker.handlers``), and at
+payload holding ``django_task`` without a ``--handler`` (``taskforge_client.worker.handlers``), and at
 start when it has no ``--handler`` but a ``DJANGO_SETTINGS_MODULE``. The task
 runs as Django's own backends run it: ``task_started`` and ``task_finished``
 are sent, a ``takes_context`` task gets its ``TaskContext`` (``attempt`` counts

@@ -4,7 +4,14 @@ The completer thread takes every outcome that finished meanwhile at once, so a
 burst of finished tasks costs one ``ack/batch`` call, not one call per task,
 and a slow ack never holds up a pool thread. Until an outcome is confirmed
 its flight stays in the table, so the heartbeat thread keeps its lease alive
-while a report is retried.
+while a report is retried, and the claimer counts it against the table's
+ceiling (``InFlight.most``). A report is retried while its lease may hold; an
+outcome whose lease ran out (by this worker's clock) is given up: the server
+reclaims the task and runs it again.
+
+Any exception from one call, expected or not (an answer that is not JSON, a
+bug), is logged with the task ids and treated like a transient error: the
+completer thread never dies, or nothing would be acked again.
 """
 
 from __future__ import annotations
@@ -81,28 +88,51 @@ class Completer:
             for ack in (True, False):
                 same = [outcome for outcome in batch if outcome.ack is ack]
                 if same:
-                    self._report(same)
+                    self._report_safely(same)
 
-    def give_back(self, flights: list[Flight]) -> None:
-        """Nack tasks this worker will not finish, to be retried at once by another worker."""
+    def give_back(self, flights: list[Flight], until: float | None = None) -> None:
+        """Nack tasks this worker will not finish, to be retried at once by another worker.
+
+        ``until`` (monotonic) bounds the calls: the shutdown must end before the
+        orchestrator's kill, and an unreturned task is only late (its lease expires).
+        """
         for start in range(0, len(flights), MAX_BATCH):
             chunk = flights[start : start + MAX_BATCH]
+            left = None if until is None else min(self.client.timeout, until - time.monotonic())
+            if left is not None and left <= 0:
+                self.log(logging.ERROR, "shutdown.nack_error", "no time left to hand tasks back", count=len(chunk))
+                return
             items = [
                 Outcome(f, ack=False, error=SHUTDOWN_ERROR, retry=True, retry_after_seconds=0).item() for f in chunk
             ]
             try:
-                results = self.client.nack_batch(self.worker_id, items)
-            except TaskForgeError as exc:
+                results = self.client.nack_batch(self.worker_id, items, timeout=left)
+                answers = list(zip(chunk, results, strict=True))
+            except Exception as exc:
                 self.log(logging.ERROR, "shutdown.nack_error", f"could not hand tasks back: {exc}", count=len(chunk))
                 continue
             self._count("handed_back", len(chunk))
-            for flight, answer in zip(chunk, results, strict=True):
+            for flight, answer in answers:
                 outcome = answer.get("error", {}).get("code") or answer.get("status")
                 self.log(logging.WARNING, "task.handed_back", f"{SHUTDOWN_ERROR}: task nacked ({outcome})", flight.job)
+
+    def _report_safely(self, outcomes: list[Outcome]) -> None:
+        """``_report``, and should anything still escape it, log it and let the thread go on."""
+        try:
+            self._report(outcomes)
+        except Exception as exc:
+            kind = "ack" if outcomes[0].ack else "nack"
+            self.log(logging.ERROR, f"{kind}.crash", f"{kind} failed: {exc!r}", task_ids=_ids(outcomes))
+            for outcome in outcomes:
+                self.flights.forget(outcome.flight)
 
     def _report(self, outcomes: list[Outcome]) -> None:
         kind = "ack" if outcomes[0].ack else "nack"
         for attempt in range(REPORT_ATTEMPTS):
+            if attempt:
+                outcomes = self._still_held(outcomes, kind)
+                if not outcomes:
+                    return
             try:
                 if len(outcomes) == 1:
                     self._report_one(outcomes[0])
@@ -118,6 +148,16 @@ class Completer:
             except TaskForgeError as exc:
                 self.log(logging.ERROR, f"{kind}.error", f"{kind} refused: {exc}", count=len(outcomes))
                 break
+            except Exception as exc:
+                # Not an answer the client knows (or a bug): like a transient error, but
+                # name the tasks, and judge each alone in case one of them is the cause.
+                message = f"{kind} failed unexpectedly, retrying: {exc!r}"
+                self.log(logging.ERROR, f"{kind}.retry", message, count=len(outcomes), task_ids=_ids(outcomes))
+                if len(outcomes) > 1:
+                    for outcome in outcomes:
+                        self._report_safely([outcome])
+                    return
+                time.sleep(min(8.0, 0.5 * 2**attempt))
         else:
             self.log(
                 logging.ERROR,
@@ -127,6 +167,21 @@ class Completer:
             )
         for outcome in outcomes:
             self.flights.forget(outcome.flight)
+
+    def _still_held(self, outcomes: list[Outcome], kind: str) -> list[Outcome]:
+        """The outcomes still worth retrying: not lost, and their lease not run out by our clock."""
+        now = time.monotonic()
+        kept = []
+        for outcome in outcomes:
+            flight = outcome.flight
+            if flight.lost or flight.lease_left(now) <= 0:
+                self._count("lost")
+                message = f"{kind} not confirmed before the lease ran out: the task will run again"
+                self.log(logging.WARNING, f"{kind}.gave_up", message, flight.job)
+                self.flights.forget(flight)
+            else:
+                kept.append(outcome)
+        return kept
 
     def _report_one(self, outcome: Outcome) -> None:
         job = outcome.flight.job
@@ -192,6 +247,10 @@ class Completer:
             outcome.flight.job,
         )
         self.flights.forget(outcome.flight)
+
+
+def _ids(outcomes: list[Outcome]) -> list[str]:
+    return [outcome.flight.job.id for outcome in outcomes]
 
 
 def _confirmed_as(outcome: Outcome, answer: Mapping[str, Any] | None) -> str:

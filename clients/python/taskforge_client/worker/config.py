@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import secrets
 import socket
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -53,7 +54,8 @@ class Config:
 
 
 def _default_worker_id() -> str:
-    return f"{socket.gethostname()}-{os.getpid()}"
+    """``hostname-pid-6 hex``: in containers every worker is pid 1 and hostnames repeat, the suffix does not."""
+    return f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
 
 
 # Rules for text settings: what is wrong with the value (said after the setting's name), or None.
@@ -177,7 +179,7 @@ SETTINGS: tuple[Setting, ...] = (
         "WORKER_ID",
         "this worker's id, unique per process",
         default_factory=_default_worker_id,
-        shown_default="hostname-pid",
+        shown_default="hostname-pid-<6 random hex>",
         rule=_at_most_200_characters,
     ),
     Setting(
@@ -240,7 +242,8 @@ SETTINGS: tuple[Setting, ...] = (
         "grace_seconds",
         "--grace-seconds",
         "WORKER_GRACE_SECONDS",
-        "on SIGTERM, how long running tasks may take to finish",
+        "on SIGTERM, how long running tasks may take to finish; unfinished ones are then handed back "
+        "and the process exits within 5 s more",
         float,
         30.0,
         minimum=0,

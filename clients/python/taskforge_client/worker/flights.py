@@ -10,6 +10,7 @@ table to empty.
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections.abc import Mapping
@@ -20,9 +21,9 @@ from typing import Any, Literal
 from taskforge_client.worker.config import MIN_HEARTBEAT_SECONDS
 from taskforge_client.worker.job import Job
 
-__all__ = ["PREFETCH_HORIZON_SECONDS", "Flight", "InFlight", "lease_seconds"]
+__all__ = ["PREFETCH_HORIZON_SECONDS", "Flight", "InFlight", "lease_seconds", "timeout_seconds"]
 
-State = Literal["waiting", "running", "reporting", "abandoned"]
+State = Literal["waiting", "running", "timed_out", "reporting", "abandoned"]
 
 # Prefetched tasks wait for a free handler at most about this long: the worker
 # holds no more of them than its handlers finish in this time (at their recent
@@ -42,7 +43,17 @@ class Flight:
     ``reporting``: the handler returned and
     the outcome waits for the completer. ``abandoned``: the shutdown grace ran
     out and the task was handed back; whatever the handler returns is dropped.
-    ``lost``: a heartbeat answered ``lease_lost``; never ack it.
+    ``timed_out``: its execution time limit passed while the handler ran; it
+    was nacked and whatever the handler returns is dropped, but the handler
+    keeps its slot until it returns (a thread cannot be stopped).
+    ``lost``: a heartbeat answered ``lease_lost`` (or no heartbeat got
+    through before the lease ran out); never ack it.
+
+    ``lease_expires`` is when the lease runs out by this worker's clock (the
+    last heartbeat that got through plus the lease length; infinite when the
+    server did not say how long a lease is). The time limit is left to the
+    deadline thread, which nacks the task at ``deadline``. ``beating``: a heartbeat of it is
+    on its way. ``deadline``: when its execution time limit passes, if it has one.
     """
 
     job: Job
@@ -51,6 +62,10 @@ class Flight:
     started: float
     state: State = "waiting"
     lost: bool = False
+    lease: float | None = None
+    lease_expires: float = math.inf
+    beating: bool = False
+    deadline: float = math.inf
 
     @classmethod
     def start(cls, job: Job, heartbeat_interval: float) -> Flight:
@@ -60,7 +75,26 @@ class Flight:
             # Several beats per lease, so one slow or lost heartbeat does not cost the task.
             interval = max(MIN_HEARTBEAT_SECONDS, min(interval, lease / 3))
         now = time.monotonic()
-        return cls(job=job, beat_interval=interval, next_beat=now + interval, started=now)
+        limit = timeout_seconds(job.task)
+        deadline = now + limit if limit else math.inf
+        return cls(
+            job=job,
+            beat_interval=interval,
+            next_beat=now + interval,
+            started=now,
+            lease=lease,
+            lease_expires=now + lease if lease else math.inf,
+            deadline=deadline,
+        )
+
+    def lease_left(self, now: float) -> float:
+        """Seconds until the lease runs out by this worker's clock (negative once it has)."""
+        return self.lease_expires - now
+
+    def extended(self, sent_at: float) -> None:
+        """A heartbeat sent at ``sent_at`` got through: the lease runs from then."""
+        if self.lease:
+            self.lease_expires = sent_at + self.lease
 
     @property
     def held(self) -> bool:
@@ -77,19 +111,33 @@ def lease_seconds(task: Mapping[str, Any]) -> float | None:
     return granted.total_seconds()
 
 
+def timeout_seconds(task: Mapping[str, Any]) -> float | None:
+    """The task's execution time limit in seconds (``timeout_seconds``), or None when it has none."""
+    value = task.get("timeout_seconds")
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+        return None
+    return float(value)
+
+
 class InFlight:
     """Every flight of this worker by task id, and how many are held and running.
 
     The worker holds up to ``concurrency x prefetch`` tasks (fewer while
     handlers are slow, see ``PREFETCH_HORIZON_SECONDS``), so a handler that
     returns finds its next task already here instead of waiting for a claim.
-    A task stops counting when its handler returns, not when the ack is
-    confirmed: the next claim overlaps the ack instead of waiting for it.
+    A task stops counting against that limit when its handler returns, not
+    when the ack is confirmed: the next claim overlaps the ack instead of
+    waiting for it. But every flight counts against ``most``, the ceiling of
+    the table: held tasks plus outcomes not yet confirmed by the server. While
+    acks fail (TaskForge half down), outcomes pile up to that ceiling and the
+    worker stops claiming, instead of claiming without bound.
     """
 
     def __init__(self, concurrency: int, prefetch: int = 1) -> None:
         self.concurrency = concurrency
         self.capacity = concurrency * max(1, prefetch)
+        # One handler round of unconfirmed outcomes beyond the held tasks: enough for acks to overlap claims.
+        self.most = self.capacity + concurrency
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
         self._flights: dict[str, Flight] = {}
@@ -106,7 +154,7 @@ class InFlight:
         """
         with self._changed:
             limit = self._limit()
-            room = limit - self._held
+            room = min(limit - self._held, self.most - len(self._flights))
             waiting = self._held - self._running
             if room > 0 and (waiting <= 0 or room >= limit // 2):
                 return room
@@ -153,10 +201,21 @@ class InFlight:
             self._changed.notify_all()
             if flight.state == "abandoned":
                 return "the shutdown grace period had run out (it was nacked)"
+            if flight.state == "timed_out":
+                return "its execution time limit had passed (it was nacked)"
             if flight.lost:
                 return "its lease was lost (another worker may run it)"
             flight.state = "reporting"
             return ""
+
+    def time_out(self, now: float) -> list[Flight]:
+        """The running flights whose time limit passed by ``now``, now ``timed_out`` and told to stop."""
+        with self._lock:
+            late = [f for f in self._flights.values() if f.state == "running" and f.deadline <= now and not f.lost]
+            for flight in late:
+                flight.state = "timed_out"
+                flight.job.cancelled.set()
+            return late
 
     def forget(self, flight: Flight) -> None:
         """Done with it: its outcome was confirmed, refused or dropped."""
@@ -166,8 +225,27 @@ class InFlight:
                 self._changed.notify_all()
 
     def due_for_heartbeat(self, now: float) -> list[Flight]:
+        """The flights whose heartbeat is due and not already on its way; each is marked ``beating``."""
         with self._lock:
-            return [f for f in self._flights.values() if f.next_beat <= now and not f.lost and f.state != "abandoned"]
+            due = [
+                f
+                for f in self._flights.values()
+                if f.next_beat <= now and not f.lost and not f.beating and f.state != "abandoned"
+            ]
+            for flight in due:
+                flight.beating = True
+            return due
+
+    def beat_done(self, flight: Flight, next_beat: float) -> None:
+        """Its heartbeat came back (or failed): the next one is due at ``next_beat``."""
+        with self._lock:
+            flight.next_beat = next_beat
+            flight.beating = False
+
+    def unconfirmed_count(self) -> int:
+        """Flights in the table: held, or finished with the outcome not yet confirmed."""
+        with self._lock:
+            return len(self._flights)
 
     def mark_lost(self, flight: Flight) -> bool:
         """Record that its lease is gone; False when it was acked (or handed back) meanwhile."""

@@ -1,9 +1,12 @@
 """Which function runs a claimed task: the ``--handler``, or Django for a Django ``@task`` payload.
 
 A handler is ``function(payload, job)`` named ``package.module:function``.
-A payload holding ``DJANGO_TASK_KEY`` is a Django ``@task`` call (enqueued
-through ``taskforge_client.django_tasks.TaskForgeBackend``): it runs in the
-project named by ``DJANGO_SETTINGS_MODULE`` whatever the handler is.
+The handler chosen on the command line always wins: a worker started with
+``--handler`` hands it every payload, one holding ``DJANGO_TASK_KEY`` too,
+so whoever can enqueue cannot make it run a function its operator did not
+choose. Only a worker without ``--handler`` runs Django ``@task`` calls
+(payloads enqueued through ``taskforge_client.django_tasks.TaskForgeBackend``),
+in the project named by ``DJANGO_SETTINGS_MODULE``.
 
 The Django integration is reached only through ``DJANGO_TASKS_EXECUTE``, a
 module imported by name on first use: a plain worker never imports Django,
@@ -60,11 +63,11 @@ class Handlers:
         self._run_django_task: Callable[[Job], Any] | None = None
 
     def __call__(self, job: Job) -> Any:
+        if self.handler is not None:
+            return self.handler(job.payload, job)
         if isinstance(job.payload.get(DJANGO_TASK_KEY), dict):
             if self._run_django_task is None:
                 # Loaded on first use only: plain workers never import Django.
                 self._run_django_task = importlib.import_module(DJANGO_TASKS_EXECUTE).run_job
             return self._run_django_task(job)
-        if self.handler is None:
-            raise LookupError("this worker has no --handler and the payload is not a Django task")
-        return self.handler(job.payload, job)
+        raise LookupError("this worker has no --handler and the payload is not a Django task")

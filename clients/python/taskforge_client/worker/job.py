@@ -14,7 +14,7 @@ class Job:
     """The claimed task a handler runs, and a flag that tells it to stop.
 
     ``cancelled`` is set when the lease was lost (another worker may now run the
-    task) or the shutdown grace period ran out: a long handler should check
+    task), its execution time limit passed or the shutdown grace period ran out: a long handler should check
     ``job.cancelled.is_set()`` (or wait on it instead of sleeping) and stop.
     ``id`` is stable across attempts: the natural idempotency key for whatever
     the handler does downstream.

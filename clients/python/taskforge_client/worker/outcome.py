@@ -8,7 +8,12 @@
 | raises anything else        | nack, ``Type: message`` and the traceback as the error   |
 
 A return value that is not a JSON object is a failed attempt, decided here
-before the ack, so one bad result never refuses a whole ack batch.
+before the ack, so one bad result never refuses a whole ack batch. So is a
+dict that cannot be sent as JSON (a float NaN, an object json does not know,
+a string holding a lone surrogate such as ``"\ud800"`` that UTF-8 cannot
+encode): a nack whose error starts ``result is not valid JSON:``, retried
+like any failed attempt. Error texts are made encodable the same way
+(``\ud800`` written out), so no nack can fail to encode either.
 """
 
 from __future__ import annotations
@@ -22,9 +27,13 @@ from typing import Any
 from taskforge_client.outcomes import Fail, Retry
 from taskforge_client.worker.flights import Flight
 
-__all__ = ["MAX_ERROR_CHARS", "Outcome", "describe_exception", "outcome_of"]
+__all__ = ["MAX_ERROR_CHARS", "InvalidResult", "Outcome", "describe_exception", "outcome_of", "sendable_text"]
 
 MAX_ERROR_CHARS = 8000  # the protocol allows 65536; a traceback's tail is enough
+
+
+class InvalidResult(ValueError):
+    """A handler returned a dict that cannot be sent as JSON."""
 
 
 @dataclass
@@ -55,6 +64,8 @@ def outcome_of(flight: Flight, call: Callable[[], Any]) -> Outcome:
     """Run ``call`` (the handler on the flight's job) and say how the attempt ended."""
     try:
         return Outcome(flight, ack=True, result=_checked_result(call()))
+    except InvalidResult as exc:
+        return Outcome(flight, ack=False, error=_own_message(exc))
     except Retry as exc:
         return Outcome(flight, ack=False, error=_own_message(exc), retry_after_seconds=exc.after)
     except Fail as exc:
@@ -70,7 +81,16 @@ def describe_exception(exc: BaseException) -> str:
     headline = f"{name}: {exc}" if str(exc) else name
     trace = "".join(traceback.format_exception(exc))
     room = MAX_ERROR_CHARS - len(headline) - 2
-    return headline if room <= 0 else f"{headline}\n\n{trace[-room:]}"
+    return sendable_text(headline if room <= 0 else f"{headline}\n\n{trace[-room:]}")
+
+
+def sendable_text(text: str) -> str:
+    """``text`` with whatever UTF-8 cannot encode (lone surrogates) written as ``\\udXXX`` escapes."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text
 
 
 def _checked_result(value: Any) -> dict[str, Any] | None:
@@ -80,7 +100,11 @@ def _checked_result(value: Any) -> dict[str, Any] | None:
     if not isinstance(value, Mapping):
         raise TypeError(f"handler returned {type(value).__name__}; expected a dict (JSON object) or None")
     result = dict(value)
-    json.dumps(result, allow_nan=False)  # TypeError/ValueError here is a failed attempt, not a failed batch
+    try:
+        # Encoded as the ack will be (UTF-8 text, no NaN): an error here is a failed attempt, not a failed batch.
+        json.dumps(result, ensure_ascii=False, allow_nan=False).encode("utf-8")
+    except (TypeError, ValueError) as exc:  # UnicodeEncodeError is a ValueError
+        raise InvalidResult(f"result is not valid JSON: {exc}") from None
     return result
 
 
@@ -89,4 +113,4 @@ def _own_message(exc: BaseException) -> str:
     message = str(exc) or type(exc).__name__
     if exc.__cause__ is not None:
         message += f" (caused by {type(exc.__cause__).__name__}: {exc.__cause__})"
-    return message[:MAX_ERROR_CHARS]
+    return sendable_text(message[:MAX_ERROR_CHARS])

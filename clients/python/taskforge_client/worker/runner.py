@@ -14,16 +14,27 @@ Threads, and why each exists:
 3. The completer thread sends those acks and nacks, several per call
    (``taskforge_client.worker.completer``).
 4. The heartbeat thread extends the lease of every task in flight, and stops
-   a task whose lease is lost (``taskforge_client.worker.heartbeats``).
-5. The summary thread writes one INFO line every ``summary_interval`` seconds
+   a task whose lease is lost (``taskforge_client.worker.heartbeats``); the
+   calls go out on a small pool of their own, so one slow call delays no
+   other lease.
+5. The deadline thread nacks a task still running when its execution time
+   limit (``timeout_seconds``) passes (``taskforge_client.worker.deadlines``).
+6. The summary thread writes one INFO line every ``summary_interval`` seconds
    with the tasks done, retried, dead and lost meanwhile; a line per task is
    DEBUG (``taskforge_client.worker.summary``).
+
+Every one of these threads survives any exception from one call: it is
+logged (with the task id when there is one) and treated like a transient
+error, so the worker never goes on claiming while it can no longer ack.
 
 Shutdown (SIGTERM/SIGINT): claiming stops, prefetched tasks no handler started
 are handed back at once, running tasks get ``grace_seconds``
 to finish and be acked, the rest are nacked with retry ("worker shutting
-down", retry at once) and the process exits 0. A second signal skips the rest
-of the grace period.
+down", retry at once) and the process exits 0. Handing back and the last acks
+get at most ``HANDBACK_SECONDS`` more, so the process is gone within
+``grace_seconds + HANDBACK_SECONDS`` of the signal (35 s with the default 30,
+inside the 40 s the deploy files allow before they kill it). A second signal
+skips the rest of the grace period.
 """
 
 from __future__ import annotations
@@ -40,6 +51,7 @@ from taskforge_client.client import TaskForgeClient
 from taskforge_client.errors import Forbidden, TaskForgeError, Unauthorized
 from taskforge_client.worker.completer import MAX_BATCH, Completer
 from taskforge_client.worker.config import Config
+from taskforge_client.worker.deadlines import Deadlines
 from taskforge_client.worker.flights import Flight, InFlight
 from taskforge_client.worker.handlers import Handler, Handlers
 from taskforge_client.worker.heartbeats import Heartbeats
@@ -48,10 +60,12 @@ from taskforge_client.worker.logs import EventLog
 from taskforge_client.worker.outcome import outcome_of
 from taskforge_client.worker.summary import Summary
 
-__all__ = ["Runner"]
+__all__ = ["HANDBACK_SECONDS", "Runner"]
 
 # How often idle threads look at their stop flag: shutdown is never later than this.
 TICK_SECONDS = 0.1
+# After the grace period: the time left to hand back unfinished tasks and confirm the last acks.
+HANDBACK_SECONDS = 5.0
 
 
 class Runner:
@@ -68,7 +82,10 @@ class Runner:
         self.completer = Completer(
             self.client, self.flights, self.log, worker_id=config.worker_id, tick=TICK_SECONDS, tally=self.summary
         )
-        self.heartbeats = Heartbeats(self.client, self.flights, self.log, tick=TICK_SECONDS)
+        self.heartbeats = Heartbeats(
+            self.client, self.flights, self.log, tick=TICK_SECONDS, request_timeout=config.request_timeout
+        )
+        self.deadlines = Deadlines(self.flights, self.completer, self.log, tick=TICK_SECONDS)
         self._work: queue.Queue[Flight | None] = queue.Queue()
         self.stopping = threading.Event()
         self._stop_requested = 0.0  # monotonic time of the signal: the grace period counts from it
@@ -86,7 +103,11 @@ class Runner:
             threading.Thread(target=self._pool_loop, name=f"pool-{n}", daemon=True)
             for n in range(self.config.concurrency)
         ]
-        loops = [("completer", self.completer.run), ("heartbeat", self.heartbeats.run)]
+        loops = [
+            ("completer", self.completer.run),
+            ("heartbeat", self.heartbeats.run),
+            ("deadline", self.deadlines.run),
+        ]
         if self.config.summary_interval > 0:
             loops.append(("summary", self.summary.run))
         for name, loop in loops:
@@ -156,12 +177,16 @@ class Runner:
                 self.log(logging.WARNING, "claim.error", f"claim failed: {exc}", queue=self.config.queue)
                 self.stopping.wait(self.config.poll_interval)
                 continue
+            except Exception as exc:  # an answer nobody expected: pause, as after any failed claim
+                self.log(logging.ERROR, "claim.error", f"claim failed unexpectedly: {exc!r}", queue=self.config.queue)
+                self.stopping.wait(self.config.poll_interval)
+                continue
+            flights = self._flights(tasks)
             if self.stopping.is_set():
                 # Claimed while the signal arrived: hand them straight back.
-                self.completer.give_back([self._flight(task) for task in tasks])
+                self.completer.give_back(flights, self._handback_deadline())
                 return
-            for task in tasks:
-                flight = self._flight(task)
+            for flight in flights:
                 self.flights.add(flight)
                 self._work.put(flight)
             if not tasks and time.monotonic() - asked < self.config.wait_seconds / 2:
@@ -169,9 +194,17 @@ class Runner:
                 # After a full long poll the server has waited already: ask again at once.
                 self.stopping.wait(self.config.poll_interval)
 
-    def _flight(self, task: dict[str, Any]) -> Flight:
-        job = Job.from_claim(task, worker_id=self.config.worker_id, default_queue=self.config.queue)
-        return Flight.start(job, self.config.heartbeat_interval)
+    def _flights(self, tasks: list[dict[str, Any]]) -> list[Flight]:
+        """A flight per claimed task; a task the worker cannot read is left to its lease's expiry."""
+        flights = []
+        for task in tasks:
+            try:
+                job = Job.from_claim(task, worker_id=self.config.worker_id, default_queue=self.config.queue)
+            except Exception as exc:
+                self.log(logging.ERROR, "claim.bad_task", f"claimed task unreadable, left to expire: {exc!r}")
+                continue
+            flights.append(Flight.start(job, self.config.heartbeat_interval))
+        return flights
 
     # -- 2. running (pool threads)
 
@@ -180,7 +213,13 @@ class Runner:
             flight = self._work.get()
             if flight is None:
                 return
-            self._execute(flight)
+            try:
+                self._execute(flight)
+            except Exception as exc:  # a bug here must not cost a handler thread
+                self.log(logging.ERROR, "task.crash", f"running the task failed: {exc!r}", flight.job)
+                if flight.state in ("running", "timed_out"):  # give back the handler slot it held
+                    self.flights.handler_returned(flight)
+                self.flights.forget(flight)
 
     def _execute(self, flight: Flight) -> None:
         job = flight.job
@@ -195,8 +234,9 @@ class Runner:
         elapsed_ms = round((time.monotonic() - flight.started) * 1000)
         dropped = self.flights.handler_returned(flight)
         if dropped:
-            self.flights.forget(flight)  # this pool thread is free again
-            self.summary.count("lost")
+            if flight.state != "timed_out":  # a timed-out task's nack is the completer's to confirm (and count)
+                self.flights.forget(flight)  # this pool thread is free again
+                self.summary.count("lost")
             message = f"task finished but {dropped}: outcome dropped"
             self.log(logging.WARNING, "task.dropped", message, job, duration_ms=elapsed_ms)
             return
@@ -220,9 +260,14 @@ class Runner:
         """Let running tasks finish within the grace period; hand back the rest."""
         # A claim in flight when the signal came may have used some of the grace period.
         deadline = (self._stop_requested or time.monotonic()) + self.config.grace_seconds
-        self.completer.give_back(self.flights.abandon_waiting())
+        end = self._handback_deadline()
+        self.completer.give_back(self.flights.abandon_waiting(), end)
         self.flights.wait_until_empty(deadline, self._hurry, TICK_SECONDS)
-        self.completer.give_back(self.flights.abandon_running())
-        # Outcomes already handed to the completer: give their acks a bounded moment.
-        settle = time.monotonic() + self.config.request_timeout
-        self.flights.wait_until_empty(settle, threading.Event(), TICK_SECONDS)
+        self.completer.give_back(self.flights.abandon_running(), end)
+        # Outcomes already handed to the completer: their acks get what is left of the bounded moment.
+        self.flights.wait_until_empty(end, threading.Event(), TICK_SECONDS)
+
+    def _handback_deadline(self) -> float:
+        """When the shutdown must be over: the grace period from the signal, then ``HANDBACK_SECONDS``."""
+        start = self._stop_requested or time.monotonic()
+        return start + self.config.grace_seconds + HANDBACK_SECONDS

@@ -50,7 +50,10 @@ class Summary:
     def run(self, stop: threading.Event) -> None:
         """Write a summary every ``interval`` seconds until ``stop`` is set."""
         while not stop.wait(self.interval):
-            self.write()
+            try:
+                self.write()
+            except Exception as exc:  # a summary line is not worth the thread
+                self.log(logging.ERROR, "worker.summary_error", f"summary failed: {exc!r}")
 
     def write(self) -> None:
         """The line for the time since the last one; nothing when the worker was idle throughout."""
