@@ -18,6 +18,7 @@ import json
 import os
 import secrets
 import shutil
+import signal
 import sys
 import tempfile
 import threading
@@ -333,6 +334,9 @@ def main(argv: list[str] | None = None) -> int:
         help="instead of the scenarios: the whole catalogue at random for this long (FAULTS_SOAK_MINUTES)",
     )
     args = parser.parse_args(argv)
+    # A SIGTERM (a CI timeout, pkill) unwinds through the finally blocks below,
+    # which stop every process the harness started.
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     if args.soak_minutes > 0:
         chosen = [soak_scenario(args.soak_minutes)]
         args.budget = float("inf")

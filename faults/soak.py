@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from faults.run import Harness, ScenarioRun
 
 #: Seconds between two faults (each fault's own action takes a little more).
-PACE_SECONDS = 0.6
+PACE_SECONDS = 0.3
 #: Seconds the soak leaves at the end for the last faults to heal before the load stops.
 TAIL_SECONDS = 8.0
 
