@@ -74,6 +74,10 @@ class WorkerFilter(ExactFilter):
     title_override = "worker id"
 
 
+class KindFilter(ExactFilter):
+    title_override = "kind"
+
+
 class TimeRangeFilter(FormFilter):
     """``from`` inclusive, ``before`` exclusive; times are UTC (the admin's time zone)."""
 

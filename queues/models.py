@@ -24,6 +24,8 @@ def _default_retry_max_delay_ms() -> int:
 
 
 queue_name_validator = RegexValidator(r"^[A-Za-z0-9_-]{1,64}$", "Queue names are 1-64 letters, digits, '-' or '_'.")
+TASK_KIND_PATTERN = r"^[A-Za-z0-9._:-]{1,128}$"
+task_kind_validator = RegexValidator(TASK_KIND_PATTERN, "A kind is 1-128 letters, digits, '.', '_', '-' or ':'.")
 
 
 class Queue(models.Model):
@@ -49,6 +51,13 @@ class Queue(models.Model):
     retry_max_delay_ms = models.BigIntegerField(
         default=_default_retry_max_delay_ms,
         validators=[MinValueValidator(1), MaxValueValidator(30 * 86_400_000)],
+    )
+    # The execution time limit of one attempt, counted from its claim; copied onto each task at enqueue.
+    timeout_seconds = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(1), MaxValueValidator(86_400)],
+        help_text="Execution time limit of one attempt, in seconds; empty means no limit.",
     )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
@@ -80,6 +89,8 @@ class Status(models.TextChoices):
     # claimed: leased to a worker that has not sent a heartbeat yet.
     CLAIMED = "claimed"
     # executing: the worker's first heartbeat arrived. Out: ack, nack, expiry.
+    #   A claimed or executing task may carry cancel_requested: then a nack or an
+    #   expiry makes it cancelled (no retry, no DLQ); an ack still makes it done.
     EXECUTING = "executing"
     # done: acked. Terminal; pruned after the retention period.
     DONE = "done"
@@ -87,14 +98,14 @@ class Status(models.TextChoices):
     RETRY = "retry"
     # dead: out of attempts (or nacked with retry=false); listed in the DLQ until replayed.
     DEAD = "dead"
-    # cancelled: by a producer or a purge. Terminal; pruned like done.
+    # cancelled: by a producer or a purge, or a running task whose cancel was requested. Terminal; pruned like done.
     CANCELLED = "cancelled"
 
 
 ALLOWED_TRANSITIONS: dict[str, set[str]] = {
     Status.PENDING: {Status.CLAIMED, Status.CANCELLED},
-    Status.CLAIMED: {Status.EXECUTING, Status.DONE, Status.RETRY, Status.DEAD},
-    Status.EXECUTING: {Status.DONE, Status.RETRY, Status.DEAD},
+    Status.CLAIMED: {Status.EXECUTING, Status.DONE, Status.RETRY, Status.DEAD, Status.CANCELLED},
+    Status.EXECUTING: {Status.DONE, Status.RETRY, Status.DEAD, Status.CANCELLED},
     Status.RETRY: {Status.PENDING, Status.CANCELLED},
     Status.DEAD: {Status.PENDING},
     Status.DONE: set(),
@@ -127,6 +138,14 @@ class Task(models.Model):
     result = models.JSONField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
     idempotency_key = models.CharField(max_length=255, null=True, blank=True)
+    # What the task is (e.g. "emails.send_welcome"), set by the producer; null when not given.
+    kind = models.CharField(max_length=128, null=True, blank=True, validators=[task_kind_validator])
+    # The execution time limit of each attempt (the enqueue body's, else the queue's at enqueue time).
+    timeout_seconds = models.PositiveIntegerField(null=True, blank=True)
+    # A producer asked to stop this running task: heartbeats say so, and a nack or expiry cancels it.
+    cancel_requested = models.BooleanField(default=False, db_default=False)
+    # The latest progress object a heartbeat sent (null before any).
+    progress = models.JSONField(null=True, blank=True)
     # sha256 of the enqueue body, so a reused idempotency key with another body is a 409.
     request_fingerprint = models.CharField(max_length=64, null=True, blank=True, editable=False)
 
@@ -171,6 +190,12 @@ class Task(models.Model):
                 fields=["claimed_by"],
                 condition=Q(status__in=["claimed", "executing"]),
                 name="tf_task_held_by",
+            ),
+            # Task listing filtered on kind (?kind=, the admin's kind filter); untyped tasks are not in it.
+            models.Index(
+                fields=["queue", "kind", "-created_at", "-id"],
+                condition=Q(kind__isnull=False),
+                name="tf_task_kind_listing",
             ),
         ]
 

@@ -8,8 +8,9 @@ Django's own ASGI handler starts a new executor thread for every
 synchronous request: measured with ``make bench``, that bridge alone cost
 about 40% of the API's CPU per single enqueue. What waits does so on the event
 loop, holding no thread and no database connection: a claim that finds no
-task waits between attempts (``workers.longpoll.LongPoll``), and the SSE stream
-is a Channels consumer.
+task, or a read of a task waiting for its result (``wait_seconds``), waits
+between attempts (``workers.longpoll.LongPoll``), and the SSE stream is a
+Channels consumer.
 """
 
 from __future__ import annotations
@@ -43,19 +44,22 @@ from workers.longpoll import AttemptHandler, LongPoll  # noqa: E402
 # messages as TypedDicts where ours are plain mappings, and django-stubs types
 # re_path() for views where Channels' URLRouter takes ASGI applications.
 django_threaded = WSGIMiddleware(get_wsgi_application(), workers=settings.TASKFORGE_THREADS)  # type: ignore[arg-type]
-claim_attempts = WSGIMiddleware(AttemptHandler("workers.attempt_urls"))  # type: ignore[arg-type]
-claim_attempts.executor = django_threaded.executor  # one pool of threads for both
+poll_attempts = WSGIMiddleware(AttemptHandler("workers.attempt_urls"))  # type: ignore[arg-type]
+poll_attempts.executor = django_threaded.executor  # one pool of threads for both
+long_polls = BodyCapMiddleware(LongPoll(poll_attempts))  # type: ignore[arg-type]
 
 through_django = URLRouter(
     [
         # Session login only (the admin's): API keys are not accepted on the stream.
         re_path(r"^dashboard/stream/?$", AuthMiddlewareStack(StatsStreamConsumer.as_asgi())),
         # The body cap acts while the body streams in, before Django buffers it.
-        re_path(r"^workers/claim/?$", BodyCapMiddleware(LongPoll(claim_attempts))),  # type: ignore[arg-type]
+        re_path(r"^workers/claim/?$", long_polls),  # type: ignore[arg-type]
+        # One task by id, in a queue or not (not the batch enqueue): a read may wait for the result.
+        re_path(r"^(?:queues/[^/]+/)?tasks/(?!batch/?$)[^/]+/?$", long_polls),  # type: ignore[arg-type]
         re_path(r"", BodyCapMiddleware(django_threaded)),  # type: ignore[arg-type]
     ]
 )
-# The single-task calls (enqueue, claim, heartbeat, ack, nack) skip Django's
+# The single-task calls (enqueue, task reads, claim, heartbeat, ack, nack) skip Django's
 # request machinery: the same view functions, on the same threads.
 lean_edge = LeanEdge(
     [*queue_calls.routes(), *worker_calls.routes()],

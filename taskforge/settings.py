@@ -5,6 +5,7 @@ Every ``TASKFORGE_*`` variable is read here and nowhere else.
 
 from __future__ import annotations
 
+import ipaddress
 from pathlib import Path
 
 import dj_database_url
@@ -12,6 +13,8 @@ from django.core.exceptions import ImproperlyConfigured
 
 from taskforge.dev import embedded
 from taskforge.env import env_bool, env_int, env_list, env_optional, env_str
+from taskforge.infra import redis as redis_infra
+from taskforge.ops.placeholders import is_placeholder
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 TASKFORGE_HOME = Path(env_str("TASKFORGE_HOME", str(BASE_DIR / ".taskforge")))
@@ -24,13 +27,7 @@ EMBEDDED_SERVICES = _database_url is None or _redis_url is None
 
 # Keys that appear in docs, example files and Django's startproject template:
 # anyone can read them, so a production process must not sign sessions with one.
-_PLACEHOLDER_SECRETS = frozenset({"secret", "secret-key", "your-secret-key", "insecure"})
-_PLACEHOLDER_MARKERS = ("change-me", "changeme", "change_me", "django-insecure-")
-
-
-def _is_placeholder(secret: str) -> bool:
-    lowered = secret.lower()
-    return lowered in _PLACEHOLDER_SECRETS or any(marker in lowered for marker in _PLACEHOLDER_MARKERS)
+_is_placeholder = is_placeholder
 
 
 def _secret_key() -> str:
@@ -117,9 +114,22 @@ TASKFORGE_THREADS = env_int("TASKFORGE_THREADS", 4, minimum=1, maximum=200)
 _db = dj_database_url.parse(_database_url or embedded.database_url(TASKFORGE_HOME))
 _db_options = dict(_db.get("OPTIONS", {}))
 _db_options.setdefault("connect_timeout", 5)
-# Bound every statement and lock wait, and never let an idle transaction pin
-# the xmin horizon (it slows every claim as dead rows pile up).
-_db_options["options"] = "-c statement_timeout=30000 -c lock_timeout=10000 -c idle_in_transaction_session_timeout=60000"
+# Behind PgBouncer in transaction pool mode (docs/deployment.md#pgbouncer): no
+# connection state may outlive a transaction, and PgBouncer refuses the ``options``
+# startup parameter, so the timeouts below are then the database role's to set.
+TASKFORGE_DB_PGBOUNCER = env_bool("TASKFORGE_DB_PGBOUNCER", False)
+if TASKFORGE_DB_PGBOUNCER:
+    # A named (server-side) cursor lives across transactions on one server connection.
+    _db["DISABLE_SERVER_SIDE_CURSORS"] = True
+    # Django already keeps psycopg from preparing statements; stated here so an
+    # OPTIONS from elsewhere cannot turn it back on.
+    _db_options["prepare_threshold"] = None
+else:
+    # Bound every statement and lock wait, and never let an idle transaction pin
+    # the xmin horizon (it slows every claim as dead rows pile up).
+    _db_options["options"] = (
+        "-c statement_timeout=30000 -c lock_timeout=10000 -c idle_in_transaction_session_timeout=60000"
+    )
 if DB_POOL_SIZE:
     _db_options["pool"] = {"min_size": 1, "max_size": DB_POOL_SIZE, "timeout": 10}
     _db["CONN_MAX_AGE"] = 0  # the pool owns connection lifetime
@@ -136,15 +146,20 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 # --- Redis --------------------------------------------------------------------
 
 REDIS_URL = _redis_url or embedded.redis_url(TASKFORGE_HOME)
+# redis+sentinel://... (docs/deployment.md): a malformed one stops the process here, not at first use.
+redis_infra.sentinel_target(REDIS_URL)
 
 # Django's cache, on the same Redis (django-redis).
 CACHES = {
     "default": {
         "BACKEND": "django_redis.cache.RedisCache",
-        "LOCATION": REDIS_URL,
+        # A list: django-redis splits a string on commas, which a Sentinel URL has.
+        "LOCATION": [REDIS_URL],
         # Apart from the dispatch tier's own tf:* keys, so a look at Redis tells them apart.
         "KEY_PREFIX": "tf:cache",
         "OPTIONS": {
+            # Understands redis+sentinel:// as well, so the cache follows a failover too.
+            "CONNECTION_FACTORY": "taskforge.infra.redis.CacheConnectionFactory",
             "SOCKET_CONNECT_TIMEOUT": 2,
             "SOCKET_TIMEOUT": 2,
             # A cache miss instead of a 500 while Redis is down: sessions (cached_db)
@@ -157,6 +172,10 @@ DJANGO_REDIS_LOG_IGNORED_EXCEPTIONS = True  # logged (logger django_redis.cache)
 # Admin sessions: written to Postgres and to the cache, read from the cache first.
 # Redis is a rebuildable buffer here as everywhere: a flush never logs anyone out.
 SESSION_ENGINE = "django.contrib.sessions.backends.cached_db"
+# Admin messages live in the (server-side) session, not in a cookie: the
+# message that shows a new API key once must not send the raw key to the
+# browser in a signed, readable cookie.
+MESSAGE_STORAGE = "django.contrib.messages.storage.session.SessionStorage"
 
 # --- TaskForge behaviour ------------------------------------------------------
 
@@ -171,8 +190,29 @@ TASKFORGE_MAX_PAYLOAD_BYTES = env_int("TASKFORGE_MAX_PAYLOAD_BYTES", 1_048_576, 
 # A request body must arrive whole within this many seconds (a 400 otherwise): a
 # client trickling its body holds no thread, but it must not hold memory forever.
 TASKFORGE_BODY_TIMEOUT_SECONDS = env_int("TASKFORGE_BODY_TIMEOUT_SECONDS", 30, minimum=1, maximum=3600)
-TASKFORGE_RETENTION_DAYS = env_int("TASKFORGE_RETENTION_DAYS", 7, minimum=0, maximum=3650)
+# At least a day: 0 would prune every finished task (and its history) the moment it finishes.
+TASKFORGE_RETENTION_DAYS = env_int("TASKFORGE_RETENTION_DAYS", 7, minimum=1, maximum=3650)
 TASKFORGE_METRICS_TOKEN = env_optional("TASKFORGE_METRICS_TOKEN")
+# Opt-in: also count tasks by kind on /metrics. Kinds are producers' strings, so
+# the number of series grows with the number of kinds they use.
+TASKFORGE_METRICS_KIND_LABEL = env_bool("TASKFORGE_METRICS_KIND_LABEL", False)
+
+
+# Reverse proxies whose X-Forwarded-For names the client (addresses or CIDR
+# networks); the admin login throttle keys on the client address it gives.
+def _trusted_proxies() -> list[str]:
+    entries = env_list("TASKFORGE_TRUSTED_PROXIES", "")
+    for entry in entries:
+        try:
+            ipaddress.ip_network(entry, strict=False)
+        except ValueError:
+            raise ImproperlyConfigured(
+                f"TASKFORGE_TRUSTED_PROXIES: {entry!r} is not an IP address or network (e.g. 10.0.0.0/8)"
+            ) from None
+    return entries
+
+
+TASKFORGE_TRUSTED_PROXIES = _trusted_proxies()
 TASKFORGE_FAILPOINTS = env_str("TASKFORGE_FAILPOINTS", "")
 if TASKFORGE_FAILPOINTS:  # fault tests only; a typo must not silently disable a fault
     from taskforge.ops.failpoints import parse as _parse_failpoints

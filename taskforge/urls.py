@@ -33,6 +33,7 @@ urlpatterns = [
     api(f"queues/{_NAME}/tasks", q.TaskListView, "task-list"),
     api(f"queues/{_NAME}/tasks/batch", q.TaskBatchView, "task-batch"),
     api(f"queues/{_NAME}/tasks/{_ID}", q.TaskDetailView, "task-detail"),
+    api(f"tasks/{_ID}", q.TaskByIdView, "task-by-id"),
     api(f"queues/{_NAME}/dlq", q.DeadLetterListView, "dlq-list"),
     api(f"queues/{_NAME}/dlq/replay", q.DeadLetterBulkReplayView, "dlq-bulk-replay"),
     api(f"queues/{_NAME}/dlq/{_ID}", q.DeadLetterDetailView, "dlq-detail"),

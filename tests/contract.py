@@ -23,6 +23,11 @@ TASK_FIELDS = (
     "result",
     "finished_at",
     "idempotency_key",
+    # Additions (v2)
+    "kind",
+    "timeout_seconds",
+    "cancel_requested",
+    "progress",
 )
 
 #: The queue object of API.md (queues are addressed by name: no id).
@@ -34,6 +39,8 @@ QUEUE_FIELDS = (
     "paused",
     "retry_base_ms",
     "retry_max_delay_ms",
+    # Additions (v2)
+    "timeout_seconds",
     "created_at",
     "updated_at",
 )

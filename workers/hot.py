@@ -7,7 +7,6 @@ one loop, on the event loop.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
 from typing import Any
 
@@ -26,27 +25,13 @@ def _authorized(work: Callable[[ReadBody], Answer]) -> Callable[[LeanCall], Answ
 
 
 async def _claim(call: LeanCall, in_thread: InThread[Any]) -> Answer | None:
-    answered: list[Answer] = []
-
     def attempt(kind: str) -> Answer | longpoll.WaitFor:
         # Each attempt is the whole request again, as at the Django edge: a key
         # revoked while the poll waited is refused.
         authorize(call.authorization, call.view_class, call.method)
         return claim_once(call.json, kind)
 
-    async def run_attempt(kind: str) -> longpoll.WaitFor | None:
-        outcome = await in_thread(lambda: attempt(kind))
-        if isinstance(outcome, longpoll.WaitFor):
-            return outcome
-        answered.append(outcome)
-        return None
-
-    left = asyncio.ensure_future(call.receive())  # the only message left to come: http.disconnect
-    try:
-        await longpoll.long_poll(run_attempt, left)
-    finally:
-        left.cancel()
-    return answered[-1] if answered else None  # none: the client left while the poll waited
+    return await longpoll.lean_long_poll(call, in_thread, attempt)
 
 
 def routes() -> list[Route]:

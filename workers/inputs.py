@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+import orjson
 from rest_framework import serializers
 
 from taskforge.http.fields import (
@@ -13,6 +16,18 @@ from taskforge.http.fields import (
 )
 
 MAX_RETRY_AFTER_SECONDS = 2_592_000
+# A heartbeat's progress object, serialized (compact JSON, UTF-8).
+MAX_PROGRESS_BYTES = 4096
+
+
+class ProgressField(JSONObjectField):
+    """A JSON object of at most ``MAX_PROGRESS_BYTES`` serialized: what a heartbeat reports of the work done."""
+
+    def to_internal_value(self, data: Any) -> dict[str, Any]:
+        value = super().to_internal_value(data)
+        if len(orjson.dumps(value)) > MAX_PROGRESS_BYTES:
+            raise serializers.ValidationError(f"Must be at most {MAX_PROGRESS_BYTES} bytes serialized.")
+        return value
 
 
 class WorkerIdentity(StrictSerializer):
@@ -37,7 +52,13 @@ class LeaseItemSerializer(StrictSerializer):
 
 
 class HeartbeatSerializer(WorkerIdentity, LeaseItemSerializer):
-    pass
+    # The latest progress becomes the task's ``progress``; null or absent keeps the last one.
+    progress = ProgressField(
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="What the work has done so far, any JSON object of at most 4 KiB serialized; null keeps the last.",
+    )
 
 
 class AckItemSerializer(LeaseItemSerializer):

@@ -1,4 +1,5 @@
-"""Long polls: a claim that finds nothing waits on the event loop, holding no thread and no connection.
+"""Long polls: a claim that finds nothing, or a read of a task that has not
+settled, waits on the event loop, holding no thread and no connection.
 
 A claim is a series of *attempts*. Each attempt is the whole request
 (authentication, validation, the error handler), run synchronously by the
@@ -29,6 +30,11 @@ Why here and not in ``queues.dispatch``: waiting is a property of serving the
 worker protocol over HTTP (replaying a request, the client leaving, which
 answer the client sees); dispatch stays synchronous and request-free, one
 claim attempt at a time, and owns only the doorbell this loop waits on.
+
+The same loop serves producers waiting for a result
+(``GET .../tasks/{id}?wait_seconds=N``, ``queues.api.results``): an attempt
+reads the task and answers it once settled; until then it answers a
+:class:`WaitFor` naming the task, and the wait ends on that task's bell.
 """
 
 from __future__ import annotations
@@ -47,6 +53,7 @@ from django.http import HttpRequest, HttpResponse, HttpResponseBase
 from rest_framework.views import APIView
 
 from queues.dispatch import doorbell
+from taskforge.http.lean import Answer, InThread, LeanCall
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -70,6 +77,7 @@ class WaitFor:
     max_tasks: int
     wait_seconds: float
     retry_after: float | None = None  # a rate-limited queue's next token
+    task_id: str | None = None  # set: wait for this task to settle, not for claimable tasks
 
 
 #: Runs one attempt of the request (FIRST, AGAIN or LAST); None when it answered the client.
@@ -125,7 +133,7 @@ async def long_poll(run_attempt: Attempt, client_left: asyncio.Future[Any] | Non
                 return
             if hub is None or waiter is None:
                 hub = doorbell.hub()
-                waiter = await stack.enter_async_context(hub.waiter(wait.queue, wait.max_tasks))
+                waiter = await stack.enter_async_context(hub.waiter(wait.queue, wait.max_tasks, task_id=wait.task_id))
                 deadline = loop.time() + wait.wait_seconds
                 kind = AGAIN
                 continue
@@ -140,6 +148,35 @@ async def long_poll(run_attempt: Attempt, client_left: asyncio.Future[Any] | Non
                 if client_left is not None and client_left.done():
                     return
             kind = LAST if loop.time() >= deadline else AGAIN
+
+
+# -- at the lean edge ---------------------------------------------------------------
+
+
+async def lean_long_poll(
+    call: LeanCall, in_thread: InThread[Any], attempt: Callable[[str], Answer | WaitFor]
+) -> Answer | None:
+    """Serve a lean-edge call as a long poll: ``attempt`` (FIRST, AGAIN or LAST) runs on the thread pool.
+
+    Each attempt is the whole request again (authentication included: a key
+    revoked while the poll waited is refused). None: the client left while
+    the poll waited, and nobody is owed an answer.
+    """
+    answered: list[Answer] = []
+
+    async def run_attempt(kind: str) -> WaitFor | None:
+        outcome = await in_thread(lambda: attempt(kind))
+        if isinstance(outcome, WaitFor):
+            return outcome
+        answered.append(outcome)
+        return None
+
+    left = asyncio.ensure_future(call.receive())  # the only message left to come: http.disconnect
+    try:
+        await long_poll(run_attempt, left)
+    finally:
+        left.cancel()
+    return answered[-1] if answered else None
 
 
 # -- at the ASGI edge ---------------------------------------------------------------

@@ -30,6 +30,9 @@ class HeartbeatResult(serializers.Serializer):
     task_id = serializers.UUIDField()
     status = serializers.CharField(help_text="`executing`.")
     lease_expires_at = serializers.DateTimeField()
+    cancel_requested = serializers.BooleanField(
+        help_text="True once a producer asked to cancel the task: stop the work and nack it (it becomes cancelled)."
+    )
 
 
 class ItemError(serializers.Serializer):
@@ -55,7 +58,8 @@ class Worker(serializers.Serializer):
     last_heartbeat_at = serializers.DateTimeField(allow_null=True)
     current_tasks = serializers.ListField(child=serializers.UUIDField(), help_text="Ids of the tasks it holds.")
     stale = serializers.BooleanField(
-        help_text="Holds tasks, and neither its last heartbeat nor its last claim is within the heartbeat timeout."
+        help_text="Holds tasks, and its last heartbeat (its claim if it never sent one) is older than the "
+        "heartbeat timeout; claims do not count as heartbeats."
     )
 
 

@@ -21,12 +21,15 @@ SET last_seen_at = now(),
     last_heartbeat_at = CASE WHEN %(heartbeat)s THEN now() ELSE tf_worker.last_heartbeat_at END
 """
 
+# Staleness and heartbeat age are judged on heartbeats only (the claim stands in
+# until the first heartbeat): a worker whose heartbeat thread died but which
+# still claims is exactly what ``stale`` must show.
 _LISTING = """
 SELECT w.worker_id, w.last_seen_at, w.last_heartbeat_at,
        coalesce(array_agg(t.id ORDER BY t.claimed_at) FILTER (WHERE t.id IS NOT NULL), '{}') AS current_tasks,
-       count(t.id) > 0 AND greatest(w.last_heartbeat_at, w.last_claim_at)
+       count(t.id) > 0 AND coalesce(w.last_heartbeat_at, w.last_claim_at)
            < now() - make_interval(secs => %(timeout)s) AS stale,
-       extract(epoch FROM now() - greatest(w.last_heartbeat_at, w.last_claim_at)) AS heartbeat_age_seconds
+       extract(epoch FROM now() - coalesce(w.last_heartbeat_at, w.last_claim_at)) AS heartbeat_age_seconds
 FROM tf_worker w
 LEFT JOIN tf_task t ON t.claimed_by = w.worker_id AND t.status IN ('claimed', 'executing')
 WHERE w.last_seen_at > now() - make_interval(secs => %(listed_for)s)

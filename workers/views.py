@@ -80,8 +80,16 @@ def heartbeat_one(read_body: ReadBody) -> Answer:
     """``POST /workers/heartbeat``."""
     fields = validated(HeartbeatSerializer, read_body())
     registry.seen(fields["worker_id"], heartbeat=True)
-    row = lifecycle.heartbeat(fields["task_id"], worker_id=fields["worker_id"], lease_token=fields["lease_token"])
-    return 200, {"task_id": row["id"], "status": row["status"], "lease_expires_at": row["lease_expires_at"]}
+    row = lifecycle.heartbeat(
+        fields["task_id"], worker_id=fields["worker_id"], lease_token=fields["lease_token"], progress=fields["progress"]
+    )
+    return 200, {
+        "task_id": row["id"],
+        "status": row["status"],
+        "lease_expires_at": row["lease_expires_at"],
+        # True once a producer asked to stop the task: the worker should stop and nack.
+        "cancel_requested": row["cancel_requested"],
+    }
 
 
 def ack_one(read_body: ReadBody) -> Answer:

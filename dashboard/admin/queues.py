@@ -21,7 +21,16 @@ from queues.models import Queue
 class QueueForm(forms.ModelForm):
     class Meta:
         model = Queue
-        fields = ("name", "max_retries", "rate_limit", "rate_burst", "paused", "retry_base_ms", "retry_max_delay_ms")
+        fields = (
+            "name",
+            "max_retries",
+            "rate_limit",
+            "rate_burst",
+            "paused",
+            "retry_base_ms",
+            "retry_max_delay_ms",
+            "timeout_seconds",
+        )
 
     def clean(self) -> dict[str, Any]:
         super().clean()
@@ -53,6 +62,7 @@ class QueueAdmin(admin.ModelAdmin):
         (None, {"fields": ("name", "paused")}),
         ("Rate limit", {"fields": ("rate_limit", "rate_burst")}),
         ("Retries", {"fields": ("max_retries", "retry_base_ms", "retry_max_delay_ms")}),
+        ("Time limit", {"fields": ("timeout_seconds",)}),
     )
 
     def get_readonly_fields(self, request: HttpRequest, obj: Queue | None = None) -> tuple[str, ...]:

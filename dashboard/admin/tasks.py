@@ -5,9 +5,12 @@
 * Filters map to indexed conditions: queue and status (``tf_task_queue_status``,
   ``tf_task_listing``), worker id and time ranges as exact/range inputs rather
   than lists of distinct values.
-* Search is exact: a task id (primary key) or an idempotency key (the
-  per-queue unique index, probed once per queue), never ``LIKE '%...%'``.
-* State changes are actions that call ``queues.lifecycle``: cancel, retry now.
+* Search is exact: a task id (primary key), an idempotency key (the
+  per-queue unique index, probed once per queue) or a kind (the per-queue
+  ``tf_task_kind_listing`` index), never ``LIKE '%...%'``.
+* State changes are actions that call ``queues.lifecycle``: cancel (at once
+  for pending and retry tasks, on request for claimed and executing ones),
+  retry now.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from typing import Any
 
 import orjson
 from django.contrib import admin, messages
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect
 from django.shortcuts import get_object_or_404
 from django.urls import path, reverse
@@ -25,16 +28,17 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
 from dashboard import confirm
-from dashboard.filters import TimeRangeFilter, WorkerFilter
+from dashboard.filters import KindFilter, TimeRangeFilter, WorkerFilter
 from dashboard.paginator import EstimatedCountPaginator
 from queues import lifecycle
-from queues.errors import InvalidTransition
+from queues.errors import InvalidTransition, TaskNotFound
 from queues.models import Queue, Status, Task, TaskEvent
 
 PREVIEW_CHARS = 80
 JSON_SHOWN_CHARS = 64 * 1024
 HEARTBEATS_SHOWN = 20
-CANCELLABLE = (Status.PENDING, Status.RETRY)
+# Pending and retry tasks are cancelled at once; claimed and executing ones are asked to stop.
+CANCELLABLE = (Status.PENDING, Status.RETRY, Status.CLAIMED, Status.EXECUTING)
 
 
 def pretty_json(value: Any) -> SafeString:
@@ -58,6 +62,7 @@ class TaskAdmin(admin.ModelAdmin):
     list_display = (
         "short_id",
         "queue",
+        "kind",
         "status",
         "priority",
         "attempts",
@@ -69,6 +74,7 @@ class TaskAdmin(admin.ModelAdmin):
     list_filter = (
         "queue",
         "status",
+        ("kind", KindFilter),
         ("claimed_by", WorkerFilter),
         ("created_at", TimeRangeFilter),
         ("scheduled_at", TimeRangeFilter),
@@ -77,7 +83,7 @@ class TaskAdmin(admin.ModelAdmin):
     list_per_page = 50
     ordering = ("-created_at", "-id")
     search_fields = ("id",)  # shows the search box; get_search_results does exact lookups only
-    search_help_text = "Exact task id or idempotency key."
+    search_help_text = "Exact task id, idempotency key or kind."
     paginator = EstimatedCountPaginator
     show_full_result_count = False
     show_facets = admin.ShowFacets.NEVER
@@ -91,6 +97,7 @@ class TaskAdmin(admin.ModelAdmin):
                     "id",
                     "queue_link",
                     "status",
+                    "kind",
                     "priority",
                     "idempotency_key",
                     ("created_at", "scheduled_at"),
@@ -98,14 +105,18 @@ class TaskAdmin(admin.ModelAdmin):
                 )
             },
         ),
-        ("Attempts and lease", {"fields": (("attempts", "max_retries"), "claimed_by", "lease", "last_error_text")}),
-        ("Payload and result", {"fields": ("payload_json", "result_json")}),
+        (
+            "Attempts and lease",
+            {"fields": (("attempts", "max_retries"), "time_limit", "claimed_by", "lease", "last_error_text")},
+        ),
+        ("Payload, progress and result", {"fields": ("payload_json", "progress_json", "result_json")}),
         ("History", {"fields": ("transitions", "heartbeats")}),
     )
     readonly_fields = (
         "id",
         "queue_link",
         "status",
+        "kind",
         "priority",
         "idempotency_key",
         "created_at",
@@ -114,10 +125,12 @@ class TaskAdmin(admin.ModelAdmin):
         "finished_at",
         "attempts",
         "max_retries",
+        "time_limit",
         "claimed_by",
         "lease",
         "last_error_text",
         "payload_json",
+        "progress_json",
         "result_json",
         "transitions",
         "heartbeats",
@@ -154,7 +167,8 @@ class TaskAdmin(admin.ModelAdmin):
         # The unique index is (queue_id, idempotency_key): one probe per queue.
         queue_ids = list(Queue.objects.values_list("pk", flat=True))
         matches += Task.objects.filter(queue_id__in=queue_ids, idempotency_key=term).values_list("pk", flat=True)
-        return queryset.filter(pk__in=matches), False
+        # A kind may name many tasks: a condition (served per queue by tf_task_kind_listing), not a list of ids.
+        return queryset.filter(Q(pk__in=matches) | Q(queue_id__in=queue_ids, kind=term)), False
 
     # --- list columns -----------------------------------------------------------------
 
@@ -178,11 +192,18 @@ class TaskAdmin(admin.ModelAdmin):
         if obj.status not in (Status.CLAIMED, Status.EXECUTING):
             return "not leased"
         return format_html(
-            "claimed at {} · last heartbeat {} · expires at {}",
+            "claimed at {} · last heartbeat {} · expires at {}{}",
             obj.claimed_at,
             obj.heartbeat_at or "none yet",
             obj.lease_expires_at,
+            " · cancel requested: the worker is told to stop" if obj.cancel_requested else "",
         )
+
+    @admin.display(description="time limit")
+    def time_limit(self, obj: Task) -> str:
+        if obj.timeout_seconds is None:
+            return "none"
+        return f"{obj.timeout_seconds} s per attempt, counted from its claim"
 
     @admin.display(description="last error")
     def last_error_text(self, obj: Task) -> str:
@@ -197,6 +218,11 @@ class TaskAdmin(admin.ModelAdmin):
     @admin.display(description="result")
     def result_json(self, obj: Task) -> str:
         return pretty_json(obj.result)
+
+    @admin.display(description="progress")
+    def progress_json(self, obj: Task) -> str:
+        """The latest progress a heartbeat sent."""
+        return pretty_json(obj.progress)
 
     @admin.display(description="transitions")
     def transitions(self, obj: Task) -> str:
@@ -242,7 +268,7 @@ class TaskAdmin(admin.ModelAdmin):
 
     # --- actions ----------------------------------------------------------------------
 
-    @admin.action(description="Cancel selected pending/retry tasks", permissions=["operate"])
+    @admin.action(description="Cancel selected tasks (running ones are asked to stop)", permissions=["operate"])
     def cancel_tasks(self, request: HttpRequest, queryset: QuerySet[Task]) -> HttpResponse | None:
         tasks = list(queryset.select_related("queue").order_by())
         eligible = [t for t in tasks if t.status in CANCELLABLE]
@@ -251,7 +277,11 @@ class TaskAdmin(admin.ModelAdmin):
                 self,
                 request,
                 title="Cancel tasks",
-                question=f"Cancel {len(eligible)} pending/retry task(s)? Tasks in other states are skipped.",
+                question=(
+                    f"Cancel {len(eligible)} task(s)? Pending and retry tasks are cancelled at once; claimed and "
+                    "executing ones are asked to stop (cancelled when their worker gives up). "
+                    "Finished tasks are skipped."
+                ),
                 warning="Cancelled tasks cannot be brought back.",
                 objects=[f"{t.id} ({t.queue.name}, {t.status})" for t in eligible],
                 total=len(eligible),
@@ -259,9 +289,12 @@ class TaskAdmin(admin.ModelAdmin):
                 action="cancel_tasks",
                 confirm_label="Yes, cancel them",
             )
-        cancelled = _cancel(request, eligible)
+        cancelled, asked = _cancel(request, eligible)
         self.message_user(
-            request, f"Cancelled {len(cancelled)} task(s); skipped {len(tasks) - len(cancelled)}.", messages.SUCCESS
+            request,
+            f"Cancelled {len(cancelled)} task(s), asked {len(asked)} running task(s) to stop; "
+            f"skipped {len(tasks) - len(cancelled) - len(asked)}.",
+            messages.SUCCESS,
         )
         return None
 
@@ -302,8 +335,11 @@ class TaskAdmin(admin.ModelAdmin):
                 back_url=detail,
                 confirm_label="Yes, cancel it",
             )
-        if _cancel(request, [task]):
+        cancelled, asked = _cancel(request, [task])
+        if cancelled:
             self.message_user(request, "Task cancelled.", messages.SUCCESS)
+        elif asked:
+            self.message_user(request, "The task is running: its worker is asked to stop.", messages.SUCCESS)
         else:
             self.message_user(request, f"Not cancelled: the task is {_status(task_id)}.", messages.WARNING)
         return HttpResponseRedirect(detail)
@@ -325,16 +361,19 @@ class TaskAdmin(admin.ModelAdmin):
         return HttpResponseRedirect(back)
 
 
-def _cancel(request: HttpRequest, tasks: list[Task]) -> list[Task]:
-    cancelled = []
+def _cancel(request: HttpRequest, tasks: list[Task]) -> tuple[list[Task], list[Task]]:
+    """Cancel each task, at once or by request: (cancelled, asked to stop)."""
+    cancelled: list[Task] = []
+    asked: list[Task] = []
     for task in tasks:
         try:
-            lifecycle.cancel(task.queue, task.id)
-        except InvalidTransition:
-            continue  # claimed or finished since the page was drawn
-        cancelled.append(task)
+            _, at_once = lifecycle.cancel_or_request(task.queue, task.id)
+        except (InvalidTransition, TaskNotFound):
+            continue  # finished (or gone) since the page was drawn
+        (cancelled if at_once else asked).append(task)
     confirm.log_changes(request, cancelled, "Cancelled")
-    return cancelled
+    confirm.log_changes(request, asked, "Cancel requested")
+    return cancelled, asked
 
 
 def _retry_now(request: HttpRequest, task_ids: list[uuid.UUID]) -> list[dict[str, Any]]:

@@ -8,7 +8,7 @@ from typing import Any
 from django.utils import timezone
 from rest_framework import serializers
 
-from queues.models import queue_name_validator
+from queues.models import queue_name_validator, task_kind_validator
 from taskforge.http.fields import (
     AwareDateTimeField,
     JSONObjectField,
@@ -21,6 +21,8 @@ from taskforge.http.fields import (
 
 MAX_SCHEDULE_AHEAD = timedelta(days=365)
 MAX_DELAY_MS = 30 * 86_400_000
+# An attempt's execution time limit (queues and enqueue bodies), in seconds.
+MAX_TIMEOUT_SECONDS = 86_400
 
 
 class QueueUpdateSerializer(StrictSerializer):
@@ -30,6 +32,7 @@ class QueueUpdateSerializer(StrictSerializer):
     paused = StrictBooleanField(required=False)
     retry_base_ms = StrictIntegerField(min_value=1, max_value=3_600_000, required=False)
     retry_max_delay_ms = StrictIntegerField(min_value=1, max_value=MAX_DELAY_MS, required=False)
+    timeout_seconds = StrictIntegerField(min_value=1, max_value=MAX_TIMEOUT_SECONDS, required=False, allow_null=True)
 
     def to_internal_value(self, data: Any) -> Any:
         if isinstance(data, dict) and "name" in data and "name" not in self.fields:
@@ -49,6 +52,14 @@ class EnqueueSerializer(StrictSerializer):
         max_length=255, required=False, allow_null=True, default=None, trim_whitespace=False
     )
     max_retries = StrictIntegerField(min_value=0, max_value=25, required=False, allow_null=True, default=None)
+    kind = StrictCharField(
+        max_length=128, required=False, allow_null=True, default=None, trim_whitespace=False,
+        validators=[task_kind_validator],
+    )  # fmt: skip
+    # Overrides the queue's timeout_seconds for this task.
+    timeout_seconds = StrictIntegerField(
+        min_value=1, max_value=MAX_TIMEOUT_SECONDS, required=False, allow_null=True, default=None
+    )
 
     def validate_scheduled_at(self, value: Any) -> Any:
         if value is not None and value > timezone.now() + MAX_SCHEDULE_AHEAD:
@@ -105,7 +116,7 @@ def plain_enqueue(raw: Any) -> dict[str, Any] | None:
     if (key is not None and not _plain_key(key)) or (retries is not None and not _plain_int(retries, 0, 25)):
         return None
     return {"payload": raw["payload"], "priority": priority, "scheduled_at": None, "idempotency_key": key,
-            "max_retries": retries}  # fmt: skip
+            "max_retries": retries, "kind": None, "timeout_seconds": None}  # fmt: skip
 
 
 def validate_enqueue(raw: Any) -> dict[str, Any]:

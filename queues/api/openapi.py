@@ -57,6 +57,7 @@ CURSOR = _query("cursor", OpenApiTypes.STR, "The `next` value of the previous pa
 TASK_FILTERS = [
     _query("status", OpenApiTypes.STR, "Only tasks in this status.", enum=list(Status.values)),
     _query("claimed_by", OpenApiTypes.STR, "Only tasks claimed by this worker."),
+    _query("kind", OpenApiTypes.STR, "Only tasks of this kind."),
     _query("created_after", OpenApiTypes.DATETIME, "Created strictly after (with an offset)."),
     _query("created_before", OpenApiTypes.DATETIME, "Created strictly before (with an offset)."),
     LIMIT,
@@ -64,6 +65,7 @@ TASK_FILTERS = [
 ]
 DLQ_FILTERS = [
     _query("include_replayed", OpenApiTypes.BOOL, "Also entries whose task was replayed and is not dead now."),
+    _query("kind", OpenApiTypes.STR, "Only entries whose task is of this kind."),
     _query("died_after", OpenApiTypes.DATETIME, "Died strictly after (with an offset)."),
     _query("died_before", OpenApiTypes.DATETIME, "Died strictly before (with an offset)."),
     LIMIT,
@@ -201,22 +203,53 @@ task_batch_schema = extend_schema_view(
     ),
 )
 
+WAIT_SECONDS = _query(
+    "wait_seconds",
+    {"type": "integer", "minimum": 0, "maximum": 30},
+    "Wait up to this many seconds (0-30, default 0) for the task to be `done`, `dead` or `cancelled`; "
+    "the answer is the task as it is then (200 either way).",
+)
+_READ_DESCRIPTION = (
+    "History is oldest first. With `wait_seconds`, the request answers as soon as the task is settled "
+    "(`done`, `dead` or `cancelled`) or when the wait is over; a waiting request holds no database "
+    "connection and no server thread."
+)
+
 task_detail_schema = extend_schema_view(
     get=extend_schema(
         tags=["tasks"],
         operation_id="get_task",
-        summary="A task with its history of transitions",
-        description="History is oldest first.",
-        parameters=[QUEUE_NAME, TASK_ID],
-        responses={200: TaskWithHistory, **errors(404)},
+        summary="A task with its history of transitions; optionally wait for its result",
+        description=_READ_DESCRIPTION,
+        parameters=[QUEUE_NAME, TASK_ID, WAIT_SECONDS],
+        responses={200: TaskWithHistory, **errors(400, 404)},
     ),
     delete=extend_schema(
         tags=["tasks"],
         operation_id="cancel_task",
-        summary="Cancel a pending or retry task",
-        description="Answers the task, now `cancelled`.",
+        summary="Cancel a task: at once when waiting, on request when running",
+        description=(
+            "A `pending` or `retry` task is cancelled at once: 200 with the task, now `cancelled`. A `claimed` or "
+            "`executing` task is asked to stop: 202 with the task, `cancel_requested` now true; its heartbeats say "
+            "so, and its nack or lease expiry makes it `cancelled` (an ack still makes it `done`)."
+        ),
         parameters=[QUEUE_NAME, TASK_ID],
-        responses={200: Task, **errors(404, 409, conflict="The task is not pending or retry.")},
+        responses={
+            200: Task,
+            202: OpenApiResponse(Task, description="A running task was asked to stop."),
+            **errors(404, 409, conflict="The task is done, dead or cancelled."),
+        },
+    ),
+)
+
+task_by_id_schema = extend_schema_view(
+    get=extend_schema(
+        tags=["tasks"],
+        operation_id="get_task_by_id",
+        summary="A task by id, whatever its queue; optionally wait for its result",
+        description=_READ_DESCRIPTION,
+        parameters=[TASK_ID, WAIT_SECONDS],
+        responses={200: TaskWithHistory, **errors(400, 404)},
     ),
 )
 

@@ -62,6 +62,7 @@ class JSONObjectFieldSchema(OpenApiSerializerFieldExtension):
     """The strict input field for payloads and results: a JSON object, nothing else."""
 
     target_class = "taskforge.http.fields.JSONObjectField"
+    match_subclasses = True  # heartbeats' progress (workers.inputs.ProgressField) is one too
 
     def map_serializer_field(self, auto_schema: Any, direction: str) -> dict[str, Any]:
         return {"type": "object", "additionalProperties": True}
@@ -171,10 +172,15 @@ class Queue(serializers.Serializer):
     name = serializers.CharField()
     max_retries = serializers.IntegerField(min_value=0, max_value=25)
     rate_limit = serializers.IntegerField(allow_null=True, help_text="Tasks dispatched per second; null: unlimited.")
-    rate_burst = serializers.IntegerField(allow_null=True, help_text="Token bucket size; null: equal to rate_limit.")
+    rate_burst = serializers.IntegerField(
+        allow_null=True, help_text="Token bucket size in force (rate_limit unless set); null only when unlimited."
+    )
     paused = serializers.BooleanField()
     retry_base_ms = serializers.IntegerField()
     retry_max_delay_ms = serializers.IntegerField()
+    timeout_seconds = serializers.IntegerField(
+        allow_null=True, help_text="Execution time limit of one attempt (1-86400 s); null: none."
+    )
     created_at = _timestamp()
     updated_at = _timestamp()
 
@@ -230,6 +236,14 @@ class Task(serializers.Serializer):
     result = NullableObjectField()
     finished_at = _timestamp(allow_null=True)
     idempotency_key = serializers.CharField(allow_null=True)
+    kind = serializers.CharField(allow_null=True, help_text="What the task is, as the producer named it.")
+    timeout_seconds = serializers.IntegerField(
+        allow_null=True, help_text="Execution time limit of each attempt, counted from its claim; null: none."
+    )
+    cancel_requested = serializers.BooleanField(
+        help_text="A cancel of this running task was requested; its nack or lease expiry makes it cancelled."
+    )
+    progress = NullableObjectField(help_text="The latest progress object a heartbeat sent; null before any.")
 
 
 class ClaimedTask(Task):

@@ -27,6 +27,10 @@ TASK_FIELDS = (
     "result",
     "finished_at",
     "idempotency_key",
+    "kind",
+    "timeout_seconds",
+    "cancel_requested",
+    "progress",
 )
 
 
@@ -45,10 +49,12 @@ def queue(q: Queue) -> dict[str, Any]:
         "name": q.name,
         "max_retries": q.max_retries,
         "rate_limit": q.rate_limit,
-        "rate_burst": q.rate_burst,
+        # The bucket size in force: the stored value, or rate_limit when it is null.
+        "rate_burst": q.effective_burst,
         "paused": q.paused,
         "retry_base_ms": q.retry_base_ms,
         "retry_max_delay_ms": q.retry_max_delay_ms,
+        "timeout_seconds": q.timeout_seconds,
         "created_at": q.created_at,
         "updated_at": q.updated_at,
     }

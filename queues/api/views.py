@@ -7,13 +7,14 @@ from typing import Any
 
 from django.db import IntegrityError, transaction
 from django.db.models import Q
+from django.http import HttpResponse
 from rest_framework import serializers as drf_serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from queues import lifecycle
-from queues.api import openapi, outputs
+from queues.api import openapi, outputs, pages
 from queues.api.inputs import (
     BulkReplaySerializer,
     EnqueueBatchSerializer,
@@ -22,29 +23,25 @@ from queues.api.inputs import (
     validate_enqueue,
 )
 from queues.api.lookups import queue_or_404, task_id_or_404
+from queues.api.queue_update import check_delay_bounds, update_queue
+from queues.api.results import read_task_once
 from queues.apikeys import Role
 from queues.dispatch import announce
 from queues.errors import QueueNameTaken
-from queues.models import DeadLetterTask, Queue, Status, TaskEvent
+from queues.models import DeadLetterTask, Queue, Status
 from queues.telemetry.stats import queue_stats
 from taskforge.http.pagination import QueryParams, encode_cursor
 from taskforge.ops import audit
+from workers import longpoll
 
-TASK_LIST_PARAMS = frozenset({"status", "claimed_by", "created_after", "created_before", "limit", "cursor"})
-DLQ_LIST_PARAMS = frozenset({"include_replayed", "died_after", "died_before", "limit", "cursor"})
+TASK_LIST_PARAMS = frozenset({"status", "claimed_by", "kind", "created_after", "created_before", "limit", "cursor"})
+DLQ_LIST_PARAMS = frozenset({"include_replayed", "kind", "died_after", "died_before", "limit", "cursor"})
 
 
 def _validated(serializer_class: type[drf_serializers.Serializer], data: Any) -> dict[str, Any]:
     serializer = serializer_class(data=data)
     serializer.is_valid(raise_exception=True)
     return dict(serializer.validated_data)
-
-
-def _check_delay_bounds(base: int, max_delay: int) -> None:
-    if max_delay < base:
-        raise drf_serializers.ValidationError(
-            {"retry_max_delay_ms": ["Must be greater than or equal to retry_base_ms."]}
-        )
 
 
 # --- queues -----------------------------------------------------------------------
@@ -60,7 +57,7 @@ class QueueListView(APIView):
     def post(self, request: Request) -> Response:
         fields = _validated(QueueCreateSerializer, request.data)
         queue = Queue(**fields)
-        _check_delay_bounds(queue.retry_base_ms, queue.retry_max_delay_ms)
+        check_delay_bounds(queue.retry_base_ms, queue.retry_max_delay_ms)
         try:
             with transaction.atomic():
                 queue.save()
@@ -77,14 +74,10 @@ class QueueDetailView(APIView):
         return Response(outputs.queue(queue_or_404(name)))
 
     def patch(self, request: Request, name: str) -> Response:
-        queue = queue_or_404(name)
+        queue_or_404(name)  # an unknown queue is a 404 before the body is judged
         fields = _validated(QueueUpdateSerializer, request.data)
-        was_paused = queue.paused
-        for attr, value in fields.items():
-            setattr(queue, attr, value)
-        _check_delay_bounds(queue.retry_base_ms, queue.retry_max_delay_ms)
-        queue.save()
-        if was_paused and not queue.paused:
+        queue, resumed = update_queue(name, fields)
+        if resumed:
             transaction.on_commit(lambda: announce.announce(queue, []))
         return Response(outputs.queue(queue))
 
@@ -123,6 +116,8 @@ def _new_task(fields: dict[str, Any], raw_body: Any) -> lifecycle.NewTask:
         idempotency_key=fields["idempotency_key"],
         max_retries=fields["max_retries"],
         fingerprint=lifecycle.fingerprint(raw_body) if fields["idempotency_key"] is not None else None,
+        kind=fields["kind"],
+        timeout_seconds=fields["timeout_seconds"],
     )
 
 
@@ -153,6 +148,7 @@ class TaskListView(APIView):
         params = QueryParams(request.query_params, TASK_LIST_PARAMS)
         status = params.choice("status", list(Status.values))
         claimed_by = params.text("claimed_by")
+        kind = params.kind()
         created_after = params.timestamp("created_after")
         created_before = params.timestamp("created_before")
         limit = params.limit()
@@ -162,6 +158,8 @@ class TaskListView(APIView):
             rows = rows.filter(status=status)
         if claimed_by:
             rows = rows.filter(claimed_by=claimed_by)
+        if kind:
+            rows = rows.filter(kind=kind)
         if created_after:
             rows = rows.filter(created_at__gt=created_after)
         if created_before:
@@ -169,13 +167,12 @@ class TaskListView(APIView):
         if cursor:
             at, row_id = cursor
             rows = rows.filter(Q(created_at__lt=at) | Q(created_at=at, id__lt=row_id))
-        page = list(rows.order_by("-created_at", "-id").values()[: limit + 1])
-        more = len(page) > limit
-        page = page[:limit]
+        page = pages.bounded_page(rows, "created_at", "id", pages.TASK_BYTES, limit)
+        found = {row["id"]: row for row in queue.tasks.filter(id__in=page.keys).values()}
         return Response(
             {
-                "results": [outputs.task(row, queue.name) for row in page],
-                "next": encode_cursor(page[-1]["created_at"], page[-1]["id"]) if more else None,
+                "results": [outputs.task(found[key], queue.name) for key in page.keys if key in found],
+                "next": encode_cursor(*page.next_after) if page.next_after else None,
             }
         )
 
@@ -196,22 +193,39 @@ class TaskBatchView(APIView):
         return Response({"tasks": [outputs.task(row, queue.name) for row, _ in outcomes]}, status=201)
 
 
+def _read(request: Request, queue_name: str | None, task_id: str) -> Response | HttpResponse:
+    """One attempt of a task read (``queues.api.results``): the task, or "wait" for the long-poll loop."""
+    outcome = read_task_once(queue_name, task_id, request.query_params, longpoll.attempt(request))
+    if isinstance(outcome, longpoll.WaitFor):
+        return longpoll.must_wait(outcome)
+    status, body = outcome
+    return Response(body, status=status)
+
+
 @openapi.task_detail_schema
-class TaskDetailView(APIView):
+class TaskDetailView(longpoll.LongPollView):
+    """Read (and wait for) one task of a queue, or cancel it; a read may wait (``wait_seconds``)."""
+
     roles = {"GET": Role.PRODUCER, "DELETE": Role.PRODUCER}
 
-    def get(self, request: Request, name: str, task_id: str) -> Response:
-        queue = queue_or_404(name)
-        row = lifecycle.get_task(queue, task_id_or_404(task_id))
-        events = TaskEvent.objects.filter(task_id=row["id"], kind=TaskEvent.Kind.TRANSITION).order_by("at", "id")
-        body = outputs.task(row, queue.name)
-        body["history"] = [outputs.history_entry(event) for event in events.values()]
-        return Response(body)
+    def get(self, request: Request, name: str, task_id: str) -> Response | HttpResponse:
+        return _read(request, name, task_id)
 
     def delete(self, request: Request, name: str, task_id: str) -> Response:
         queue = queue_or_404(name)
-        row = lifecycle.cancel(queue, task_id_or_404(task_id))
-        return Response(outputs.task(row, queue.name))
+        row, at_once = lifecycle.cancel_or_request(queue, task_id_or_404(task_id))
+        # 202: a running task was asked to stop (cancel_requested); its worker's nack cancels it.
+        return Response(outputs.task(row, queue.name), status=200 if at_once else 202)
+
+
+@openapi.task_by_id_schema
+class TaskByIdView(longpoll.LongPollView):
+    """Read (and wait for) one task by id, whatever its queue."""
+
+    roles = {"GET": Role.PRODUCER}
+
+    def get(self, request: Request, task_id: str) -> Response | HttpResponse:
+        return _read(request, None, task_id)
 
 
 # --- dead-letter queue -----------------------------------------------------------------
@@ -225,6 +239,7 @@ class DeadLetterListView(APIView):
         queue = queue_or_404(name)
         params = QueryParams(request.query_params, DLQ_LIST_PARAMS)
         include_replayed = params.boolean("include_replayed")
+        kind = params.kind()
         died_after = params.timestamp("died_after")
         died_before = params.timestamp("died_before")
         limit = params.limit()
@@ -232,6 +247,8 @@ class DeadLetterListView(APIView):
         entries = DeadLetterTask.objects.filter(queue=queue)
         if not include_replayed:
             entries = entries.filter(task__status=Status.DEAD)
+        if kind:
+            entries = entries.filter(task__kind=kind)
         if died_after:
             entries = entries.filter(died_at__gt=died_after)
         if died_before:
@@ -239,13 +256,12 @@ class DeadLetterListView(APIView):
         if cursor:
             at, row_id = cursor
             entries = entries.filter(Q(died_at__lt=at) | Q(died_at=at, task_id__lt=row_id))
-        page = list(entries.order_by("-died_at", "-task_id")[: limit + 1])
-        more = len(page) > limit
-        page = page[:limit]
+        page = pages.bounded_page(entries, "died_at", "task_id", pages.DEAD_LETTER_BYTES, limit)
+        found = {entry.task_id: entry for entry in DeadLetterTask.objects.filter(task_id__in=page.keys)}
         return Response(
             {
-                "results": [outputs.dead_letter(entry, queue.name) for entry in page],
-                "next": encode_cursor(page[-1].died_at, page[-1].task_id) if more else None,
+                "results": [outputs.dead_letter(found[key], queue.name) for key in page.keys if key in found],
+                "next": encode_cursor(*page.next_after) if page.next_after else None,
             }
         )
 

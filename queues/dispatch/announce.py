@@ -64,6 +64,21 @@ def announce(queue: Queue, rows: Sequence[Row]) -> None:
         redis_failed(exc, "announcing tasks")
 
 
+def settled(task_ids: Sequence[uuid.UUID]) -> None:
+    """Tasks became ``done``, ``dead`` or ``cancelled``: ring for requests waiting on their results.
+
+    A lost bell costs the waiting request latency only: it re-reads the task on a timer.
+    """
+    if not task_ids or not redis_usable():
+        return
+    try:
+        pipe = redis_client().pipeline(transaction=False)
+        doorbell.ring_settled([str(task_id) for task_id in task_ids], pipe)
+        pipe.execute()
+    except redis.RedisError as exc:
+        redis_failed(exc, "announcing settled tasks")
+
+
 def announce_ids(queue_id: uuid.UUID, rows: Sequence[Row]) -> None:
     from queues.telemetry.observe import queue_name
 

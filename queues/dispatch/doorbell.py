@@ -1,9 +1,15 @@
-"""Doorbells for long-polling claimers.
+"""Doorbells for long polls: claimers waiting for tasks, producers waiting for a result.
 
 Whoever makes tasks claimable (enqueue, promotion, replay, the scheduler
 moving due tasks, the dispatcher refilling a lane, a queue resumed) rings:
 one ``PUBLISH`` on :func:`channel` naming the queue and how many tasks
 arrived (0: unknown, wake everyone).
+
+Whoever settles a task (``done``, ``dead`` or ``cancelled``) rings
+:func:`ring_settled`: one ``PUBLISH`` per task on its own channel
+(:func:`settled_channel`). A process subscribes to a task's channel only while
+a request there waits for that task, so a settled task nobody waits for costs
+Redis one publish to nobody, and no API process hears of it.
 
 Each API process listens with ONE Redis connection (:class:`Hub`, one per
 event loop) and wakes its local waiters, which wait on ``asyncio`` events: a
@@ -27,13 +33,13 @@ from dataclasses import dataclass, field
 
 import redis
 import redis.asyncio as aioredis
-from django.conf import settings
 
-from taskforge.infra.redis import redis_client
+from taskforge.infra.redis import async_redis_client, redis_client
 
 logger = logging.getLogger("taskforge.wakeup")
 
 CHANNEL_PREFIX = "tf:wake:"
+SETTLED_PREFIX = "tf:settled:"
 #: Re-check interval while the hub is subscribed: only a safety net for a lost bell.
 CONNECTED_RECHECK_SECONDS = 5.0
 #: Re-check interval while Redis is unreachable (claims then come from Postgres).
@@ -48,6 +54,17 @@ def channel() -> str:
     databases never ring each other's bells.
     """
     return f"{CHANNEL_PREFIX}{redis_client().connection_pool.connection_kwargs.get('db', 0)}"
+
+
+def settled_channel(task_id: str) -> str:
+    """The channel rung when the task is settled (same database scoping as :func:`channel`)."""
+    return f"{SETTLED_PREFIX}{redis_client().connection_pool.connection_kwargs.get('db', 0)}:{task_id}"
+
+
+def ring_settled(task_ids: list[str], pipe: redis.client.Pipeline) -> None:
+    """Queue on ``pipe`` one bell per settled task, for requests waiting on its result."""
+    for task_id in task_ids:
+        pipe.publish(settled_channel(task_id), b"")
 
 
 def ring(queue_name: str, count: int = 0, *, pipe: redis.client.Pipeline | None = None) -> None:
@@ -77,6 +94,8 @@ def _parse(message: bytes) -> tuple[str, int]:
 class Waiter:
     queue_name: str | None  # None: any queue
     max_tasks: int
+    # Set: a request waiting for this task to settle, woken only by its bell (never by a claim bell).
+    task_id: str | None = None
     event: asyncio.Event = field(default_factory=asyncio.Event)
 
 
@@ -89,28 +108,54 @@ class Hub:
         # Set once the first subscription attempt has succeeded or failed.
         self._settled = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        # The live subscription (while connected): task channels are added and dropped on it.
+        self._pubsub: aioredis.client.PubSub | None = None
 
     @property
     def recheck_seconds(self) -> float:
         return CONNECTED_RECHECK_SECONDS if self.connected else DISCONNECTED_RECHECK_SECONDS
 
     @contextlib.asynccontextmanager
-    async def waiter(self, queue_name: str | None, max_tasks: int) -> AsyncIterator[Waiter]:
+    async def waiter(
+        self, queue_name: str | None, max_tasks: int, *, task_id: str | None = None
+    ) -> AsyncIterator[Waiter]:
         """Register a waiter; on entry the hub is subscribed (or known to be down).
 
-        Callers claim once more after entering: a bell that rang between their
-        first attempt and the registration is otherwise lost.
+        Callers claim (or read the task) once more after entering: a bell that
+        rang between their first attempt and the registration is otherwise lost.
+        With ``task_id`` the waiter waits for that task to settle, and the hub
+        listens on the task's channel while anyone here waits for it.
         """
-        waiter = Waiter(queue_name, max_tasks)
+        waiter = Waiter(queue_name, max_tasks, task_id)
         self.waiters.append(waiter)
         self._ensure_listening()
         try:
             if not self._settled.is_set():
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._settled.wait(), timeout=3.0)
+            if task_id is not None:
+                await self._follow([settled_channel(task_id)])
             yield waiter
         finally:
             self.waiters.remove(waiter)
+            if task_id is not None and not any(w.task_id == task_id for w in self.waiters):
+                await self._follow([settled_channel(task_id)], stop=True)
+
+    def _followed(self) -> set[str]:
+        return {settled_channel(w.task_id) for w in self.waiters if w.task_id is not None}
+
+    async def _follow(self, channels: list[str], *, stop: bool = False) -> None:
+        """(Un)subscribe task channels on the live subscription; while down, the reconnect subscribes them."""
+        pubsub = self._pubsub
+        if pubsub is None or not channels:
+            return
+        try:
+            if stop:
+                await pubsub.unsubscribe(*channels)
+            else:
+                await pubsub.subscribe(*channels)
+        except (redis.RedisError, OSError):
+            pass  # the listener notices the broken connection and resubscribes what is followed then
 
     def _ensure_listening(self) -> None:
         if self._task is None or self._task.done():
@@ -120,23 +165,33 @@ class Hub:
     async def _listen(self) -> None:
         backoff = 0.2
         while True:
-            client = aioredis.Redis.from_url(settings.REDIS_URL, socket_connect_timeout=2, health_check_interval=15)
+            client = async_redis_client(socket_connect_timeout=2, health_check_interval=15)
             pubsub = client.pubsub(ignore_subscribe_messages=True)
             try:
-                await pubsub.subscribe(channel())
+                followed = self._followed()
+                await pubsub.subscribe(channel(), *followed)
+                self._pubsub = pubsub
                 self.connected = True
                 self._settled.set()
                 backoff = 0.2
+                # Waiters that arrived while we subscribed.
+                await self._follow(sorted(self._followed() - followed))
                 # Bells may have rung while we were not listening.
                 self._wake_all()
+                claims = channel().encode()
                 while True:
                     message = await pubsub.get_message(timeout=30.0)
-                    if message is not None and message.get("type") == "message":
+                    if message is None or message.get("type") != "message":
+                        continue
+                    if message["channel"] == claims:
                         self._wake(*_parse(message["data"]))
+                    else:
+                        self._wake_task(message["channel"].decode().rpartition(":")[2])
             except (redis.RedisError, OSError) as exc:
                 if self.connected:
                     logger.warning("doorbell subscription lost: %s", exc, extra={"event": "wakeup.disconnected"})
                 self.connected = False
+                self._pubsub = None
                 self._settled.set()
                 self._wake_all()  # let waiters fall back to polling Postgres
             finally:
@@ -150,13 +205,18 @@ class Hub:
     def _wake(self, queue_name: str, count: int) -> None:
         budget = count if count > 0 else None
         for waiter in self.waiters:
-            if waiter.queue_name not in (None, queue_name) or waiter.event.is_set():
+            if waiter.task_id is not None or waiter.queue_name not in (None, queue_name) or waiter.event.is_set():
                 continue
             waiter.event.set()
             if budget is not None:
                 budget -= waiter.max_tasks
                 if budget <= 0:
                     return
+
+    def _wake_task(self, task_id: str) -> None:
+        for waiter in self.waiters:
+            if waiter.task_id == task_id:
+                waiter.event.set()
 
     def _wake_all(self) -> None:
         for waiter in self.waiters:

@@ -23,6 +23,8 @@ The modules, by who asks for the move:
 * ``lease``: claim, heartbeat, ack, nack, lease expiry (workers and the watchdog).
 * ``operate``: promote, retry now, cancel, purge, replay, discard, delete a
   queue, prune (the scheduler, operators, producers' cancels).
+* ``cancelling``: cancel at once (waiting tasks) or on request (running
+  tasks: ``cancel_requested``, settled by the attempt's nack or expiry).
 * ``decide``: the decisions that need no database (retry or dead, backoff,
   a repeated ack), unit-tested alone.
 * ``rows``: running a statement and turning its rows into dicts.
@@ -34,6 +36,7 @@ Callers use the names re-exported here, never the modules.
 
 from __future__ import annotations
 
+from queues.lifecycle.cancelling import cancel_or_request, request_cancel
 from queues.lifecycle.lease import (
     AckItem,
     NackItem,
@@ -52,13 +55,14 @@ from queues.lifecycle.operate import (
     discard_many,
     promote_due,
     prune_finished,
+    prune_unseen_workers,
     purge,
     replay,
     replay_many,
     retry_now,
 )
 from queues.lifecycle.produce import NewTask, enqueue, fingerprint
-from queues.lifecycle.reads import get_task
+from queues.lifecycle.reads import get_task, get_task_anywhere
 from queues.lifecycle.rows import DomainErrorT, Row, fetch_rows
 
 __all__ = [
@@ -70,6 +74,7 @@ __all__ = [
     "ack",
     "ack_many",
     "cancel",
+    "cancel_or_request",
     "claim",
     "delete_queue",
     "discard",
@@ -79,13 +84,16 @@ __all__ = [
     "fetch_rows",
     "fingerprint",
     "get_task",
+    "get_task_anywhere",
     "heartbeat",
     "nack",
     "nack_many",
     "promote_due",
     "prune_finished",
+    "prune_unseen_workers",
     "purge",
     "replay",
     "replay_many",
+    "request_cancel",
     "retry_now",
 ]

@@ -37,6 +37,20 @@ def retry_or_dead(
     return Status.RETRY, backoff_ms(row["attempts"] - 1, row["retry_base_ms"], row["retry_max_delay_ms"])
 
 
+def failed_attempt_outcome(
+    row: Mapping[str, Any], *, wants_retry: bool = True, retry_after_seconds: int | None = None
+) -> tuple[Status, int]:
+    """The outcome of a failed attempt (nack or lease expiry) and its retry delay in milliseconds.
+
+    A task whose cancel was requested (``cancel_requested``) is cancelled: the
+    producer asked it to stop, so it is neither retried nor sent to the DLQ.
+    Otherwise :func:`retry_or_dead` decides.
+    """
+    if row.get("cancel_requested"):
+        return Status.CANCELLED, 0
+    return retry_or_dead(row, wants_retry=wants_retry, retry_after_seconds=retry_after_seconds)
+
+
 def is_repeated_ack(row: Mapping[str, Any], *, worker_id: str, lease_token: str | None) -> bool:
     """Whether an ack that moved nothing repeats one that already succeeded.
 
@@ -54,3 +68,8 @@ def is_repeated_ack(row: Mapping[str, Any], *, worker_id: str, lease_token: str 
 def lease_expired_error(timeout_seconds: float, worker_id: str | None) -> str:
     """The ``last_error`` of a task whose lease ran out, naming the worker that went silent."""
     return f"lease expired: no heartbeat within {timeout_seconds}s (worker {worker_id})"
+
+
+def timed_out_error(timeout_seconds: int) -> str:
+    """The ``last_error`` of an attempt that reached its task's ``timeout_seconds``."""
+    return f"execution timed out after {timeout_seconds} s"

@@ -17,7 +17,7 @@ from django.db import transaction
 from psycopg.types.json import Jsonb
 
 from queues.lifecycle import statements
-from queues.lifecycle.decide import is_repeated_ack, lease_expired_error, retry_or_dead
+from queues.lifecycle.decide import failed_attempt_outcome, is_repeated_ack, lease_expired_error, timed_out_error
 from queues.lifecycle.notify import report_on_commit
 from queues.lifecycle.reads import not_held, tasks_by_id
 from queues.lifecycle.rows import DomainErrorT, Row, dumps_json, fetch_rows
@@ -68,8 +68,14 @@ def claim(
 # --- heartbeat, ack -------------------------------------------------------------------------
 
 
-def heartbeat(task_id: uuid.UUID, *, worker_id: str, lease_token: str | None = None) -> Row:
-    """Extend the lease; the first heartbeat moves ``claimed`` to ``executing``."""
+def heartbeat(
+    task_id: uuid.UUID, *, worker_id: str, lease_token: str | None = None, progress: dict[str, Any] | None = None
+) -> Row:
+    """Extend the lease (never past the task's time limit); the first heartbeat moves ``claimed`` to ``executing``.
+
+    ``progress``, when given, becomes the task's ``progress``; without it the
+    last one stays. The row says whether a cancel was requested.
+    """
     with transaction.atomic():
         moved = fetch_rows(
             statements.HEARTBEAT,
@@ -78,6 +84,7 @@ def heartbeat(task_id: uuid.UUID, *, worker_id: str, lease_token: str | None = N
                 "worker_id": worker_id,
                 "lease_token": lease_token,
                 "lease_seconds": settings.TASKFORGE_HEARTBEAT_TIMEOUT,
+                "progress": None if progress is None else Jsonb(progress, dumps=dumps_json),
             },
         )
         if not moved:
@@ -147,7 +154,7 @@ class NackItem:
 
 
 def _failure_params(locked: list[Row], wants: Mapping[uuid.UUID, NackItem] | None) -> dict[str, list[Any]]:
-    """``FAIL``'s column arrays: per locked row, retry (with its delay) or dead, and its error."""
+    """``FAIL``'s column arrays: per locked row, retry (with its delay), dead or cancelled, and its error."""
     ids: list[uuid.UUID] = []
     outcomes: list[str] = []
     delays: list[int] = []
@@ -155,9 +162,11 @@ def _failure_params(locked: list[Row], wants: Mapping[uuid.UUID, NackItem] | Non
     for row in locked:
         item = wants[row["id"]] if wants else None
         if item is None:
-            outcome, delay = retry_or_dead(row)
+            outcome, delay = failed_attempt_outcome(row)
         else:
-            outcome, delay = retry_or_dead(row, wants_retry=item.retry, retry_after_seconds=item.retry_after_seconds)
+            outcome, delay = failed_attempt_outcome(
+                row, wants_retry=item.retry, retry_after_seconds=item.retry_after_seconds
+            )
         ids.append(row["id"])
         outcomes.append(str(outcome))
         delays.append(delay)
@@ -211,7 +220,13 @@ def nack(
 
 
 def expire_leases(limit: int = 500) -> int:
-    """Fail every task whose lease ran out (a failed attempt). Returns how many."""
+    """Fail every task whose lease ran out (a failed attempt). Returns how many.
+
+    A lease that ran out at its task's time limit (``timeout_seconds``: leases
+    are never extended past it) is an attempt that took too long, and says so;
+    any other is a worker that went silent. A task whose cancel was requested
+    is cancelled rather than retried.
+    """
     with transaction.atomic():
         locked = fetch_rows(statements.LOCK_EXPIRED, {"limit": limit})
         if not locked:
@@ -222,7 +237,10 @@ def expire_leases(limit: int = 500) -> int:
         }
         decided = _failure_params(locked, None)
         decided["errors"] = [
-            lease_expired_error(settings.TASKFORGE_HEARTBEAT_TIMEOUT, holders[task_id]) for task_id in decided["ids"]
+            timed_out_error(row["timeout_seconds"])
+            if row["timed_out"]
+            else lease_expired_error(settings.TASKFORGE_HEARTBEAT_TIMEOUT, holders[row["id"]])
+            for row in locked
         ]
         moved = fetch_rows(statements.FAIL, {**decided, "event_worker": None, "event_kind": "transition"})
         for row in moved:

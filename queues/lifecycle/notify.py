@@ -16,7 +16,11 @@ from django.db import transaction
 
 from queues.dispatch import announce
 from queues.lifecycle.rows import Row
+from queues.models import Status
 from queues.telemetry import observe
+
+#: The statuses a producer waits for: the task ran (or will not run) and its result is known.
+SETTLED = frozenset({Status.DONE, Status.DEAD, Status.CANCELLED})
 
 
 def report_on_commit(moved: list[Row]) -> None:
@@ -24,8 +28,13 @@ def report_on_commit(moved: list[Row]) -> None:
 
     Register it after any ``announce`` of the same moves: on-commit hooks run
     in order, and waiting workers should hear first, logs and metrics can follow.
+    Tasks that settled (done, dead, cancelled) ring their result bells first:
+    a producer may be waiting for them (``GET .../tasks/{id}?wait_seconds=N``).
     """
     if moved:
+        settled = [row["id"] for row in moved if row["status"] in SETTLED]
+        if settled:
+            transaction.on_commit(lambda: announce.settled(settled))
         transaction.on_commit(lambda: observe.transitions(moved))
 
 

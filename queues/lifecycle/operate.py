@@ -17,7 +17,7 @@ from django.db import transaction
 
 from queues.dispatch import announce
 from queues.errors import InvalidTransition, QueueNotEmpty, TaskNotFound
-from queues.lifecycle import statements
+from queues.lifecycle import bulk_statements, statements
 from queues.lifecycle.notify import announce_by_queue, report_on_commit
 from queues.lifecycle.reads import dead_letter_exists, get_task
 from queues.lifecycle.rows import Row, fetch_rows
@@ -78,14 +78,30 @@ def cancel(queue: Queue, task_id: uuid.UUID) -> Row:
     return moved[0]
 
 
-def purge(queue: Queue) -> int:
-    """Cancel every pending and retry task of the queue."""
-    with transaction.atomic():
-        moved = fetch_rows(
-            statements.CANCEL_ALL, {"queue_id": queue.id, "detail": "purged", "event_kind": "transition"}
-        )
-        report_on_commit(moved)
-    return len(moved)
+# Tasks one bulk statement (purge, queue deletion) handles; each batch is its own transaction.
+BULK_BATCH = 1000
+
+
+def purge(queue: Queue, *, batch: int = BULK_BATCH) -> int:
+    """Cancel every pending and retry task of the queue, in committed batches; returns how many.
+
+    Not one transaction: a huge queue never holds every row lock at once, and
+    no payload is read. A task enqueued while the purge runs may or may not be
+    cancelled; a task claimed meanwhile is left to its worker.
+    """
+    total = 0
+    while True:
+        with transaction.atomic():
+            moved = fetch_rows(
+                bulk_statements.PURGE_BATCH,
+                {"queue_id": queue.id, "limit": batch, "detail": "purged", "event_kind": "transition"},
+            )
+            report_on_commit(moved)
+        total += len(moved)
+        # A batch can come back short while tasks remain (a candidate claimed under
+        # our feet is skipped), so only an empty batch ends the purge.
+        if not moved:
+            return total
 
 
 # --- dead letters: replay, discard ----------------------------------------------------------
@@ -163,16 +179,25 @@ def discard_many(queue: Queue, task_ids: Sequence[uuid.UUID]) -> int:
 # --- queue deletion and retention -----------------------------------------------------------
 
 
-def delete_queue(queue: Queue) -> None:
-    """Delete a queue that holds only finished history (done, cancelled)."""
+def delete_queue(queue: Queue, *, batch: int = BULK_BATCH) -> None:
+    """Delete a queue that holds only finished history (done, cancelled).
+
+    The history goes first in committed batches, then the queue row with what
+    is left under its lock. A task enqueued meanwhile makes it a 409 with the
+    queue kept (the history deleted by then stays deleted: it was going anyway).
+    """
+    _refuse_if_blocked(queue)
+    while True:
+        with transaction.atomic():
+            gone = fetch_rows(bulk_statements.DELETE_QUEUE_FINISHED_BATCH, {"queue_id": queue.id, "limit": batch})
+        if len(gone) < batch:
+            break
     with transaction.atomic():
         # Lock the queue row so no enqueue slips in between the check and the delete.
         locked = Queue.objects.select_for_update().filter(pk=queue.pk).first()
         if locked is None:
             return
-        (blocking,) = fetch_rows(statements.COUNT_BLOCKING, {"queue_id": queue.id})
-        if blocking["n"]:
-            raise QueueNotEmpty(queue.name, blocking["n"])
+        _refuse_if_blocked(queue)
         fetch_rows(statements.DELETE_QUEUE_EVENTS, {"queue_id": queue.id})
         fetch_rows(statements.DELETE_QUEUE_DEAD_LETTERS, {"queue_id": queue.id})
         fetch_rows(statements.DELETE_QUEUE_TASKS, {"queue_id": queue.id})
@@ -180,7 +205,20 @@ def delete_queue(queue: Queue) -> None:
     transaction.on_commit(lambda: announce.forget(queue))
 
 
+def _refuse_if_blocked(queue: Queue) -> None:
+    (blocking,) = fetch_rows(statements.COUNT_BLOCKING, {"queue_id": queue.id})
+    if blocking["n"]:
+        raise QueueNotEmpty(queue.name, blocking["n"])
+
+
 def prune_finished(limit: int = 1000) -> int:
     """Delete one batch of done/cancelled tasks past the retention period."""
     with transaction.atomic():
         return len(fetch_rows(statements.PRUNE_FINISHED, {"days": settings.TASKFORGE_RETENTION_DAYS, "limit": limit}))
+
+
+def prune_unseen_workers(limit: int = 1000) -> int:
+    """Forget one batch of workers not seen for longer than the retention period."""
+    with transaction.atomic():
+        params = {"days": settings.TASKFORGE_RETENTION_DAYS, "limit": limit}
+        return len(fetch_rows(bulk_statements.PRUNE_UNSEEN_WORKERS, params))

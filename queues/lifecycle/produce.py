@@ -31,6 +31,8 @@ class NewTask:
     idempotency_key: str | None = None
     max_retries: int | None = None
     fingerprint: str | None = None
+    kind: str | None = None
+    timeout_seconds: int | None = None  # None: the queue's value at enqueue time
 
 
 def fingerprint(body: dict[str, Any]) -> str:
@@ -72,8 +74,11 @@ def _enqueue(queue: Queue, items: Sequence[NewTask]) -> list[tuple[Row, bool]]:
                 "retries": [item.max_retries for item in items],
                 "prints": [item.fingerprint for item in items],
                 "ords": list(range(len(items))),
+                "kinds": [item.kind for item in items],
+                "timeouts": [item.timeout_seconds for item in items],
                 "queue_id": queue.id,
                 "queue_max_retries": queue.max_retries,
+                "queue_timeout": queue.timeout_seconds,
                 "event_kind": "transition",
             },
         )

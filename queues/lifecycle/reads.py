@@ -24,6 +24,14 @@ def get_task(queue: Queue, task_id: uuid.UUID) -> Row:
     return rows[0]
 
 
+def get_task_anywhere(task_id: uuid.UUID) -> Row:
+    """One task, whatever its queue; ``TaskNotFound`` if there is no such task."""
+    rows = fetch_rows(statements.TASKS_BY_IDS, {"task_ids": [task_id]})
+    if not rows:
+        raise TaskNotFound(task_id)
+    return rows[0]
+
+
 def tasks_by_id(task_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, Row]:
     """The current rows of the given tasks (missing ids are absent)."""
     rows = fetch_rows(statements.TASKS_BY_IDS, {"task_ids": list(task_ids)})

@@ -22,7 +22,7 @@ DomainErrorT = Exception
 
 # Django's psycopg setup hands jsonb back as text (JSONField parses it); raw
 # statements parse these columns themselves.
-_JSON_COLUMNS = frozenset({"payload", "result"})
+_JSON_COLUMNS = frozenset({"payload", "result", "progress"})
 
 # psycopg's C loader for timestamptz. Django installs a pure-Python one (to pin
 # the tzinfo); ours returns the same UTC datetimes about 6x faster, and a

@@ -19,12 +19,14 @@ same statement, so the history can never disagree with the task.
 
 from __future__ import annotations
 
+from queues.lifecycle import bulk_statements, cancel_statements
+
 # The columns every statement returns for a task (tf_task has no others).
 _TASK_COLUMNS = """
     t.id, t.queue_id, t.payload, t.status, t.priority, t.scheduled_at, t.created_at, t.updated_at,
     t.status_changed_at, t.claimed_at, t.claimed_by, t.heartbeat_at, t.lease_token,
     t.lease_expires_at, t.attempts, t.max_retries, t.last_error, t.result, t.finished_at,
-    t.idempotency_key, t.request_fingerprint
+    t.idempotency_key, t.request_fingerprint, t.kind, t.timeout_seconds, t.cancel_requested, t.progress
 """
 
 # Appended to a data-modifying CTE named ``moved`` (with ``from_status``,
@@ -51,6 +53,10 @@ _HELD = """
     AND (i.lease_token IS NULL OR t.lease_token = i.lease_token) AND t.lease_expires_at > now()
 """
 
+# When the current attempt reaches its task's time limit (null: no limit, which least()
+# skips): no lease, claimed or extended, reaches past it.
+_TIME_LIMIT = "t.claimed_at + make_interval(secs => t.timeout_seconds)"
+
 
 # --- enqueue ----------------------------------------------------------------------------------
 
@@ -61,15 +67,16 @@ ENQUEUE = f"""
 WITH input AS (
     SELECT * FROM unnest(%(ids)s::uuid[], %(payloads)s::jsonb[], %(priorities)s::smallint[],
                          %(scheduled)s::timestamptz[], %(keys)s::text[], %(retries)s::smallint[],
-                         %(prints)s::text[], %(ords)s::int[])
-        AS i(id, payload, priority, scheduled_at, idempotency_key, max_retries, fingerprint, ord)
+                         %(prints)s::text[], %(ords)s::int[], %(kinds)s::text[], %(timeouts)s::int[])
+        AS i(id, payload, priority, scheduled_at, idempotency_key, max_retries, fingerprint, ord, kind, timeout)
 ), moved AS (
     INSERT INTO tf_task AS t (id, queue_id, payload, status, priority, scheduled_at, created_at,
                               updated_at, status_changed_at, attempts, max_retries,
-                              idempotency_key, request_fingerprint)
+                              idempotency_key, request_fingerprint, kind, timeout_seconds)
     SELECT i.id, %(queue_id)s, i.payload, 'pending', i.priority,
            greatest(coalesce(i.scheduled_at, now()), now()), now(), now(), now(), 0,
-           coalesce(i.max_retries, %(queue_max_retries)s), i.idempotency_key, i.fingerprint
+           coalesce(i.max_retries, %(queue_max_retries)s), i.idempotency_key, i.fingerprint,
+           i.kind, coalesce(i.timeout, %(queue_timeout)s::int)
     FROM input i ORDER BY i.ord
     ON CONFLICT (queue_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
     RETURNING {_TASK_COLUMNS}, NULL::text AS from_status, now() AS from_changed_at,
@@ -102,7 +109,8 @@ WITH picked AS (
     UPDATE tf_task t
     SET status = 'claimed', claimed_at = now(), claimed_by = %(worker_id)s, heartbeat_at = NULL,
         lease_token = replace(gen_random_uuid()::text, '-', ''),
-        lease_expires_at = now() + make_interval(secs => %(lease_seconds)s),
+        lease_expires_at = least(now() + make_interval(secs => %(lease_seconds)s),
+                                 now() + make_interval(secs => t.timeout_seconds)),
         attempts = t.attempts + 1, status_changed_at = now(), updated_at = now()
     FROM picked p
     WHERE t.id = p.id
@@ -151,7 +159,8 @@ held AS (
 ), moved AS (
     UPDATE tf_task t
     SET status = 'executing', heartbeat_at = now(), updated_at = now(),
-        lease_expires_at = now() + make_interval(secs => %(lease_seconds)s),
+        progress = coalesce(%(progress)s::jsonb, t.progress),  -- a heartbeat without progress keeps the last
+        lease_expires_at = least(now() + make_interval(secs => %(lease_seconds)s), {_TIME_LIMIT}),
         status_changed_at = CASE WHEN h.from_status = 'claimed' THEN now() ELSE t.status_changed_at END
     FROM held h WHERE t.id = h.id
     RETURNING {_TASK_COLUMNS}, h.from_status, h.from_changed_at,
@@ -202,7 +211,7 @@ LOCK_HELD_FOR_NACK = f"""
 WITH i AS (
     SELECT * FROM unnest(%(ids)s::uuid[], %(tokens)s::text[]) AS i(id, lease_token)
 ), i2 AS (SELECT i.*, %(worker_id)s::text AS worker_id FROM i)
-SELECT t.id, t.attempts, t.max_retries, q.retry_base_ms, q.retry_max_delay_ms
+SELECT t.id, t.attempts, t.max_retries, q.retry_base_ms, q.retry_max_delay_ms, t.cancel_requested
 FROM tf_task t JOIN i2 i ON t.id = i.id JOIN tf_queue q ON q.id = t.queue_id
 WHERE {_HELD}
 ORDER BY t.id
@@ -210,8 +219,9 @@ FOR UPDATE OF t
 """
 
 # Lock one batch of leases that ran out, oldest first; SKIP LOCKED lets several watchdogs share the work.
-LOCK_EXPIRED = """
-SELECT t.id, t.attempts, t.max_retries, q.retry_base_ms, q.retry_max_delay_ms
+LOCK_EXPIRED = f"""
+SELECT t.id, t.attempts, t.max_retries, q.retry_base_ms, q.retry_max_delay_ms, t.timeout_seconds,
+       t.lease_expires_at >= {_TIME_LIMIT} AS timed_out, t.cancel_requested
 FROM tf_task t JOIN tf_queue q ON q.id = t.queue_id
 WHERE t.status IN ('claimed', 'executing') AND t.lease_expires_at <= now()
 ORDER BY t.lease_expires_at
@@ -224,9 +234,9 @@ LEASE_HOLDERS = """
 SELECT id, claimed_by FROM tf_task WHERE id = ANY(%(task_ids)s)
 """
 
-# Apply the decided outcome (retry with its delay, or dead with a DLQ entry) to
-# rows this transaction has locked. The status guard is repeated so the
-# statement is safe on its own.
+# Apply the decided outcome (retry with its delay, dead with a DLQ entry, or cancelled
+# when a cancel was requested) to rows this transaction has locked. The status guard
+# is repeated so the statement is safe on its own.
 FAIL = f"""
 WITH d AS (
     SELECT * FROM unnest(%(ids)s::uuid[], %(outcomes)s::text[], %(delays_ms)s::bigint[],
@@ -239,7 +249,7 @@ WITH d AS (
 ), moved AS (
     UPDATE tf_task t
     SET status = d.outcome, last_error = d.error, updated_at = now(), status_changed_at = now(),
-        lease_expires_at = NULL,
+        lease_expires_at = NULL, finished_at = CASE WHEN d.outcome = 'cancelled' THEN now() ELSE t.finished_at END,
         scheduled_at = CASE WHEN d.outcome = 'retry'
                             THEN now() + d.delay_ms * interval '1 millisecond'
                             ELSE t.scheduled_at END
@@ -323,8 +333,7 @@ WITH old AS (
 
 # A producer cancels one task (DELETE /queues/{name}/tasks/{id}): nothing moves unless it is pending or retry.
 CANCEL_ONE = _CANCEL.format(id_filter="AND t.id = %(task_id)s")
-# Purge: cancel every pending and retry task of the queue, locked in id order.
-CANCEL_ALL = _CANCEL.format(id_filter="")
+# (Purge cancels a queue's tasks in bounded batches: bulk_statements.PURGE_BATCH.)
 
 # Put dead tasks of one queue back to pending with a fresh attempt budget and
 # count the replay on their DLQ entry; the hole picks which dead tasks.
@@ -359,11 +368,13 @@ REPLAY_SOME = _REPLAY.format(id_filter="AND t.id = ANY(%(task_ids)s)")
 REPLAY_ALL = _REPLAY.format(id_filter="")
 
 # Remove dead tasks for good with their DLQ entries and history; tasks that are
-# not dead (a replay got there first) are skipped by the lock's guard.
+# not dead (a replay got there first) are skipped by the lock's guard. Locked in
+# id order, as replay locks them, so a discard and a bulk replay never deadlock.
 DISCARD = """
 WITH doomed AS (
     SELECT t.id FROM tf_task t JOIN tf_dead_letter d ON d.id = t.id
     WHERE t.queue_id = %(queue_id)s AND t.status = 'dead' AND t.id = ANY(%(task_ids)s)
+    ORDER BY t.id
     FOR UPDATE OF t
 ), gone_letters AS (
     DELETE FROM tf_dead_letter WHERE id IN (SELECT id FROM doomed)
@@ -382,8 +393,9 @@ SELECT count(*) AS n FROM tf_task
 WHERE queue_id = %(queue_id)s AND status IN ('pending', 'claimed', 'executing', 'retry', 'dead')
 """
 
-# Deleting a queue: its history, DLQ entries and tasks, while the caller holds
-# the queue row's lock (the queue row itself goes last, through the ORM).
+# Deleting a queue, last step: what is left of its history, DLQ entries and
+# tasks (the bulk went in bounded batches: bulk_statements), while the caller
+# holds the queue row's lock (the queue row itself goes last, through the ORM).
 DELETE_QUEUE_EVENTS = "DELETE FROM tf_task_event WHERE queue_id = %(queue_id)s"
 DELETE_QUEUE_DEAD_LETTERS = "DELETE FROM tf_dead_letter WHERE queue_id = %(queue_id)s"
 DELETE_QUEUE_TASKS = "DELETE FROM tf_task WHERE queue_id = %(queue_id)s"
@@ -424,9 +436,14 @@ TASK_EXISTS = "SELECT 1 FROM tf_task WHERE id = %(task_id)s"
 DEAD_LETTER_EXISTS = "SELECT 1 FROM tf_dead_letter WHERE id = %(task_id)s AND queue_id = %(queue_id)s"
 
 
-#: Every named statement, name -> SQL, in the order above (for EXPLAIN tests and benchmarks).
+#: Every named statement, name -> SQL, in the order above, then the bulk ones
+#: (``queues.lifecycle.bulk_statements``) and ``cancel_statements``, for EXPLAIN tests and benchmarks.
 ALL: dict[str, str] = {
-    name: value
-    for name, value in dict(globals()).items()
-    if name.isupper() and not name.startswith("_") and isinstance(value, str)
+    **{
+        name: value
+        for name, value in dict(globals()).items()
+        if name.isupper() and not name.startswith("_") and isinstance(value, str)
+    },
+    **bulk_statements.ALL,
+    **cancel_statements.ALL,
 }

@@ -12,6 +12,7 @@ import logging
 from collections.abc import Iterator
 
 import redis
+from django.conf import settings
 from django.db import DatabaseError
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 
@@ -74,6 +75,26 @@ def _counters(totals: counters.Snapshot, queue_names: list[str]) -> Iterator[Met
         buckets, total = totals.durations.get(queue, empty)
         durations.add_metric([queue], buckets, total)
     yield durations
+    if settings.TASKFORGE_METRICS_KIND_LABEL:
+        yield from _by_kind(totals)
+
+
+def _by_kind(totals: counters.Snapshot) -> Iterator[Metric]:
+    """The opt-in families labelled by task kind too (tasks that have a kind; see TASKFORGE_METRICS_KIND_LABEL)."""
+    enqueued = CounterMetricFamily(
+        "taskforge_tasks_enqueued_by_kind", "Tasks accepted by enqueue, by kind.", labels=["queue", "kind"]
+    )
+    for (queue, kind), value in sorted(totals.enqueued_by_kind.items()):
+        enqueued.add_metric([queue, kind], value)
+    yield enqueued
+    completed = CounterMetricFamily(
+        "taskforge_tasks_completed_by_kind",
+        "Finished attempts by outcome, and cancelled tasks, by kind (statuses as taskforge_tasks_completed).",
+        labels=["queue", "kind", "status"],
+    )
+    for (queue, kind, status), value in sorted(totals.completed_by_kind.items()):
+        completed.add_metric([queue, kind, status], value)
+    yield completed
 
 
 def _gauges(depths: list[depth.QueueDepth]) -> Iterator[Metric]:

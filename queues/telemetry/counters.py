@@ -11,6 +11,13 @@ process) reads them back at scrape time (``queues.telemetry.collector``):
 * ``tf:{metrics}:duration``   field ``queue|le``        -> observations in that bucket only
                               field ``queue|sum``       -> sum of observed seconds
 
+With ``TASKFORGE_METRICS_KIND_LABEL`` on, moves of tasks that have a
+``kind`` also count in two more hashes, for families with a ``kind`` label
+(opt-in: kinds are the producers' strings, so their number is theirs too):
+
+* ``tf:{metrics}:enqueued_by_kind``  field ``queue|kind``
+* ``tf:{metrics}:completed_by_kind`` field ``queue|kind|status``
+
 Buckets are stored non-cumulative and summed at read time, so one
 observation is one ``HINCRBY`` whatever its value. The keys share the
 ``{metrics}`` hash tag, so the transaction also runs on Redis Cluster.
@@ -34,6 +41,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import redis
+from django.conf import settings
 
 from taskforge.infra.redis import redis_client
 
@@ -41,6 +49,8 @@ logger = logging.getLogger("taskforge.metrics")
 
 ENQUEUED_KEY = "tf:{metrics}:enqueued"
 COMPLETED_KEY = "tf:{metrics}:completed"
+ENQUEUED_BY_KIND_KEY = "tf:{metrics}:enqueued_by_kind"
+COMPLETED_BY_KIND_KEY = "tf:{metrics}:completed_by_kind"
 DURATION_KEY = "tf:{metrics}:duration"
 
 # Claim to ack/nack/expiry, in seconds: from fast handlers to hour-long jobs.
@@ -97,15 +107,21 @@ Increments = Counter[tuple[str, str]]
 def increments_for(rows: Iterable[dict[str, Any]], queue_name: Callable[[Any], str]) -> Increments:
     """What a batch of committed moves adds to each stored series."""
     out: Increments = Counter()
+    by_kind = settings.TASKFORGE_METRICS_KIND_LABEL
     for row in rows:
         queue = queue_name(row["queue_id"])
+        kind = row.get("kind") if by_kind else None  # bulk moves (purge) carry no kind
         if row["from_status"] is None:
             out[(ENQUEUED_KEY, queue)] += 1
+            if kind:
+                out[(ENQUEUED_BY_KIND_KEY, f"{queue}|{kind}")] += 1
             continue
         status = completion_status(row)
         if status is None:
             continue
         out[(COMPLETED_KEY, f"{queue}|{status}")] += 1
+        if kind:
+            out[(COMPLETED_BY_KIND_KEY, f"{queue}|{kind}|{status}")] += 1
         seconds = row.get("execution_seconds")
         if status != "cancelled" and seconds is not None:
             seconds = max(0.0, float(seconds))
@@ -204,6 +220,8 @@ class Snapshot:
     completed: dict[tuple[str, str], int] = field(default_factory=dict)
     # queue -> (cumulative count per bucket label, in BUCKETS order; sum of seconds)
     durations: dict[str, tuple[list[tuple[str, int]], float]] = field(default_factory=dict)
+    enqueued_by_kind: dict[tuple[str, str], int] = field(default_factory=dict)
+    completed_by_kind: dict[tuple[str, str, str], int] = field(default_factory=dict)
 
 
 def _text(value: bytes | str) -> str:
@@ -216,8 +234,16 @@ def snapshot() -> Snapshot:
     pipe.hgetall(ENQUEUED_KEY)
     pipe.hgetall(COMPLETED_KEY)
     pipe.hgetall(DURATION_KEY)
-    enqueued_raw, completed_raw, duration_raw = pipe.execute()
+    pipe.hgetall(ENQUEUED_BY_KIND_KEY)
+    pipe.hgetall(COMPLETED_BY_KIND_KEY)
+    enqueued_raw, completed_raw, duration_raw, enqueued_kind_raw, completed_kind_raw = pipe.execute()
     snap = Snapshot()
+    for name, value in enqueued_kind_raw.items():
+        queue, _, kind = _text(name).partition("|")  # neither a queue name nor a kind holds "|"
+        snap.enqueued_by_kind[(queue, kind)] = int(value)
+    for name, value in completed_kind_raw.items():
+        queue, kind, status = _text(name).split("|", 2)
+        snap.completed_by_kind[(queue, kind, status)] = int(value)
     for name, value in enqueued_raw.items():
         snap.enqueued[_text(name)] = int(value)
     for name, value in completed_raw.items():

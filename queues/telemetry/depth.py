@@ -12,7 +12,9 @@ A table may hold millions of finished tasks, so nothing here scans it:
   2-core machine). They are counted once for all API processes and cached
   in Redis for ``FINISHED_MAX_AGE_SECONDS``, or 20 times as long as the count
   took if that is longer, so the count never costs more than about 5% of one
-  Postgres core however big the table gets.
+  Postgres core however big the table gets. The stats endpoint and the
+  dashboard use the same cached count once a queue holds more finished tasks
+  than they count exactly (``queues.telemetry.stats``).
 
 JIT is off for these statements: compiling costs 100-250 ms here, far more
 than the scans themselves.
@@ -86,7 +88,7 @@ class QueueDepth:
         return self.depth["dead"]
 
 
-def _finished_counts() -> dict[str, dict[str, int]]:
+def finished_counts() -> dict[str, dict[str, int]]:
     """queue id -> {"done": n, "cancelled": m}, from the shared cache when fresh."""
     client: redis.Redis | None = redis_client()
     try:
@@ -123,7 +125,7 @@ def queue_depths() -> list[QueueDepth]:
             entry.oldest_pending_age_seconds = None if oldest is None else float(oldest)
         else:
             entry.depth[status] = int(total)
-    finished = _finished_counts()
+    finished = finished_counts()
     for queue_id, entry in queues.items():
         for status, total in finished.get(str(queue_id), {}).items():
             entry.depth[status] = total

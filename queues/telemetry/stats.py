@@ -3,11 +3,12 @@
 Depth is counted the way ``queues.telemetry.depth`` counts it for ``/metrics``, so a
 table holding millions of finished tasks costs no full scan: active states
 through the leading columns of ``tf_task_queue_status`` (an index-only range
-scan over just those rows). ``done``/``cancelled`` are counted exactly over
-their own index range, so the stats endpoint and the dashboard show numbers
-that match the database (``/metrics`` caches those two counts instead, see
-``queues.telemetry.depth``). Rates come from the event table's (queue, at) index over
-the last 60 seconds.
+scan over just those rows). ``done``/``cancelled`` only grow until retention
+prunes them, so they are counted exactly only up to ``FINISHED_EXACT_UP_TO``
+per queue (a scan that stops there); a bigger count comes from the shared,
+periodically refreshed count ``/metrics`` uses (``queues.telemetry.depth``),
+so no call or dashboard tick reads millions of finished rows. Rates come from
+the event table's (queue, at) index over the last 60 seconds.
 """
 
 from __future__ import annotations
@@ -18,9 +19,13 @@ from typing import Any
 from django.db import connection, transaction
 
 from queues.models import Queue
+from queues.telemetry import depth
 from queues.telemetry.depth import ACTIVE_STATUSES, DEPTH_STATUSES
 
 RATE_WINDOW_SECONDS = 60
+# Finished tasks counted row by row per queue and status; beyond this the
+# shared cached count answers (documented in docs/api.md, "Stats").
+FINISHED_EXACT_UP_TO = 10_000
 
 _ACTIVE = """
 SELECT t.queue_id, t.status, count(*) AS total,
@@ -31,11 +36,14 @@ WHERE t.queue_id = ANY(%(queue_ids)s) AND t.status = ANY(%(statuses)s)
 GROUP BY t.queue_id, t.status
 """
 
+# Each count stops after cap + 1 index entries of (queue, status).
 _FINISHED = """
-SELECT t.queue_id, t.status, count(*) AS total
-FROM tf_task t
-WHERE t.queue_id = ANY(%(queue_ids)s) AND t.status IN ('done', 'cancelled')
-GROUP BY t.queue_id, t.status
+SELECT q.id, s.status,
+       (SELECT count(*) FROM (
+            SELECT 1 FROM tf_task t WHERE t.queue_id = q.id AND t.status = s.status LIMIT %(cap)s + 1
+        ) AS capped) AS total
+FROM unnest(%(queue_ids)s::uuid[]) AS q(id)
+CROSS JOIN (VALUES ('done'), ('cancelled')) AS s(status)
 """
 
 _RATES = """
@@ -71,7 +79,12 @@ def _depths(ids: list[uuid.UUID]) -> tuple[dict[uuid.UUID, dict[str, int]], dict
                 oldest[queue_id] = float(oldest_age)
         else:
             depths[queue_id][status] = int(total)
-    for queue_id, status, total in _fetch(_FINISHED, {"queue_ids": ids}):
+    shared: dict[str, dict[str, int]] | None = None
+    for queue_id, status, total in _fetch(_FINISHED, {"queue_ids": ids, "cap": FINISHED_EXACT_UP_TO}):
+        if total > FINISHED_EXACT_UP_TO:
+            shared = depth.finished_counts() if shared is None else shared
+            # The shared count may predate the rows just counted: never show less than we saw.
+            total = max(total, shared.get(str(queue_id), {}).get(status, 0))
         depths[queue_id][status] = int(total)
     return depths, oldest
 

@@ -38,7 +38,7 @@ from typing import Any, TypeVar
 
 from django.conf import settings
 from django.core import signals
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, QueryDict
 from django.http.request import split_domain_port, validate_host
 from django.middleware.clickjacking import XFrameOptionsMiddleware
 from django.middleware.security import SecurityMiddleware
@@ -78,6 +78,7 @@ class LeanCall:
     path: str
     view_class: type  # the DRF view Django would have served it with: its declared roles apply
     params: dict[str, str]  # the path's named groups
+    query: QueryDict  # the query string, as Django's request.GET reads it
     authorization: str
     content_type: str
     body: bytes
@@ -238,6 +239,7 @@ class LeanEdge:
                     path=scope["path"],
                     view_class=route.view_class,
                     params=params,
+                    query=QueryDict(scope.get("query_string", b"").decode(errors="replace")),  # as WSGIRequest.GET
                     authorization=headers.get(b"authorization", b"").decode("latin-1"),
                     content_type=headers.get(b"content-type", b"").decode("latin-1"),
                     body=body,

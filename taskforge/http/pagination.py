@@ -15,6 +15,8 @@ from rest_framework.exceptions import ValidationError
 from taskforge.http.fields import parse_aware_datetime
 
 _DIGITS = re.compile(r"[0-9]{1,6}")
+# A task kind (queues.models.TASK_KIND_PATTERN; this package imports no app).
+_KIND = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 
 
 def encode_cursor(at: datetime, row_id: uuid.UUID) -> str:
@@ -58,6 +60,22 @@ class QueryParams:
         value = self.params.get(name)
         if value is not None and value not in choices:
             raise ValidationError({name: [f"Must be one of: {', '.join(choices)}."]})
+        return value
+
+    def integer(self, name: str, low: int, high: int, default: int) -> int:
+        """An integer from ``low`` to ``high`` written in ASCII digits (no sign, no decimals)."""
+        value = self.params.get(name)
+        if value is None:
+            return default
+        if not _DIGITS.fullmatch(value) or not low <= int(value) <= high:
+            raise ValidationError({name: [f"Must be an integer between {low} and {high}."]})
+        return int(value)
+
+    def kind(self) -> str | None:
+        """``kind``: a task kind as enqueue bodies take it (1-128 letters, digits, ``.``, ``_``, ``-``, ``:``)."""
+        value = self.params.get("kind")
+        if value is not None and not _KIND.fullmatch(value):
+            raise ValidationError({"kind": ["Must be 1-128 letters, digits, '.', '_', '-' or ':'."]})
         return value
 
     def timestamp(self, name: str) -> datetime | None:

@@ -14,9 +14,11 @@ Two pieces, so the admin site itself needs no change:
   so the login form shows it as its error message (a ``PermissionDenied``
   would be turned into the generic "wrong password" text).
 
-The client address is ``REMOTE_ADDR``: behind a proxy that is the proxy's, so
-the throttle then counts per username only, which is stricter, never looser.
-When Redis is down the throttle fails open (logins still work, with a
+The client address honours ``TASKFORGE_TRUSTED_PROXIES``
+(``taskforge.ops.client_address``): behind a reverse proxy, set it to the
+proxy's address, or every client would share the proxy's address and anyone
+could lock a username out for everybody. A username is only ever locked for
+one address, never for all of them. When Redis is down the throttle fails open (logins still work, with a
 warning): locking every operator out of the admin during a Redis outage would
 be worse than a few minutes without throttling.
 """
@@ -37,6 +39,7 @@ from django.dispatch import receiver
 from django.http import HttpRequest
 
 from taskforge.infra.redis import redis_client
+from taskforge.ops.client_address import client_address
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User
@@ -52,9 +55,7 @@ class LoginThrottled(ValidationError):
 
 
 def _client_address(request: HttpRequest | None) -> str:
-    if request is None:
-        return "-"
-    return str(request.META.get("REMOTE_ADDR") or "-")
+    return client_address(request)
 
 
 def _key(username: str, address: str) -> str:

@@ -13,6 +13,7 @@ records).
 from __future__ import annotations
 
 import logging
+import re
 from datetime import UTC, datetime
 from typing import Any
 
@@ -53,8 +54,27 @@ class JsonFormatter(_JsonFormatter):
         )
 
 
+# Characters that would break a text line or fake the start of another: C0 and
+# C1 controls (newline, carriage return, escape ...) and Unicode line separators.
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def _escaped(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def _escape_controls(text: str) -> str:
+    return _CONTROL.sub(_escaped, text)
+
+
 class TextFormatter(logging.Formatter):
-    """``ts LEVEL logger message [request_id]`` for people reading a terminal."""
+    """``ts LEVEL logger message [request_id]`` for people reading a terminal.
+
+    A message holds what clients send (request paths, worker ids, usernames):
+    its control characters are escaped (``\\x0a``), so one record is one line
+    and nobody can forge a line. A traceback keeps its own lines.
+    """
 
     def __init__(self) -> None:
         super().__init__("%(asctime)s %(levelname)-7s %(name)s %(message)s")
@@ -62,12 +82,15 @@ class TextFormatter(logging.Formatter):
     def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:
         return _iso_utc(record)
 
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        return _escape_controls(super().formatMessage(record))
+
     def format(self, record: logging.LogRecord) -> str:
         batch: Batch | None = getattr(record, "batch", None)
         if batch is None:
             return self._with_request_id(record, super().format(record))
         head = f"{_iso_utc(record)} {record.levelname:<7} {record.name}"
-        return "\n".join(self._with_request_id(record, f"{head} {message}") for message, _ in batch)
+        return "\n".join(self._with_request_id(record, f"{head} {_escape_controls(message)}") for message, _ in batch)
 
     @staticmethod
     def _with_request_id(record: logging.LogRecord, line: str) -> str:

@@ -19,6 +19,24 @@ from django_prometheus.utils import Time
 _ATTEMPT_META = "HTTP_X_TASKFORGE_ATTEMPT"
 
 
+def _from_the_long_poll(request: HttpRequest) -> bool:
+    """Whether the server itself made this request: an attempt of a long poll.
+
+    Attempts run on the long poll's own handler (``workers.longpoll.AttemptHandler``),
+    which gives each request its own URLconf before any middleware runs, and the
+    long poll replaces a client's copy of the attempt header with its own. Any
+    other request's attempt header came from the client.
+    """
+    return getattr(request, "urlconf", None) is not None
+
+
+def _strip_a_clients_attempt_header(request: HttpRequest) -> None:
+    # Only the server may mark a request as a repeated attempt: a client's header
+    # would hide its requests from the request metrics (and fool the long poll).
+    if not _from_the_long_poll(request):
+        request.META.pop(_ATTEMPT_META, None)
+
+
 def _repeated_attempt(request: HttpRequest) -> bool:
     return request.META.get(_ATTEMPT_META) in ("again", "last")
 
@@ -28,7 +46,10 @@ def _not_for_the_client(response: HttpResponseBase) -> bool:
 
 
 class RequestMetricsBefore(PrometheusBeforeMiddleware):
+    """First in the chain: it also drops a client's attempt header before anything reads it."""
+
     def process_request(self, request: HttpRequest) -> None:
+        _strip_a_clients_attempt_header(request)
         if _repeated_attempt(request):
             request.prometheus_before_middleware_event = Time()  # type: ignore[attr-defined]
             return

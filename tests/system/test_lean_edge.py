@@ -173,7 +173,7 @@ def test_every_hot_call_answers_as_django_does(world) -> None:
     assert task["id"] == created.json()["id"] and task["lease_token"]
     lease = {"worker_id": "w", "task_id": task["id"], "lease_token": task["lease_token"]}
     beat = live("/workers/heartbeat", lease, worker)
-    assert beat.status_code == 200 and set(beat.json()) == {"task_id", "status", "lease_expires_at"}
+    assert beat.status_code == 200 and set(beat.json()) == {"task_id", "status", "lease_expires_at", "cancel_requested"}
     acked = live("/workers/ack", {**lease, "result": {"ok": True}}, worker)
     assert acked.status_code == 200 and acked.json()["status"] == "done", acked.text
     assert live("/workers/ack", lease, worker).status_code in (200, 409)
@@ -217,3 +217,62 @@ def test_every_hot_call_answers_as_django_does(world) -> None:
         labels = frozenset({"view": view, "transport": "http", "method": "POST"}.items())
         sent = sum(n for (v, m, _), n in both.sent.items() if v == view and m == "POST")
         assert by_view.get(labels) == sent, (view, by_view.get(labels), sent)
+
+
+def test_task_reads_answer_as_django_does(world) -> None:
+    """``GET /queues/{name}/tasks/{id}`` and ``GET /tasks/{id}``, waiting or not, answer as Django's path does."""
+    keys, url, _ = world
+    both = Both(url)
+    producer, worker = keys["producer"], keys["worker"]
+    created = both.live(
+        "POST", "/queues/lean/tasks", json.dumps({"payload": {"n": 1}, "kind": "k.read"}).encode(),
+        {"Content-Type": JSON, "Authorization": f"Bearer {producer}"},
+    ).json()  # fmt: skip
+    unknown = str(uuid.uuid4())
+    for path in (f"/queues/lean/tasks/{created['id']}", f"/tasks/{created['id']}"):
+        both.same("GET", path, key=None, expect=401)
+        both.same("GET", path + "?wait_seconds=5", key=worker, expect=403)
+        both.same("PUT", path, {}, key=producer, expect=405)
+        for query in ("?wait_seconds=31", "?wait_seconds=x", "?wait_seconds=-1", "?wait_seconds=", "?wait=1"):
+            both.same("GET", path + query, key=producer, expect=400)
+        body = both.same("GET", path, key=producer, expect=200)
+        assert body["kind"] == "k.read" and [h["to_status"] for h in body["history"]] == ["pending"]
+        both.same("GET", path + "/?wait_seconds=0", key=producer, expect=200)
+    both.same("GET", f"/tasks/{unknown}?wait_seconds=3", key=producer, expect=404)
+    both.same("GET", "/tasks/not-a-uuid", key=producer, expect=404)
+    both.same("GET", f"/queues/nowhere/tasks/{created['id']}", key=producer, expect=404)
+
+    # A read that waits, woken by the ack; one that waits to its end.
+    def call(method: str, path: str, key: str, body: Any = None) -> httpx.Response:
+        raw = None if body is None else json.dumps(body).encode()
+        return both.http.request(method, path, content=raw, headers={"Authorization": f"Bearer {key}",
+                                                                      "Content-Type": JSON})  # fmt: skip
+
+    (task,) = call("POST", "/workers/claim", worker, {"worker_id": "w", "queue": "lean"}).json()["tasks"]
+    lease = {"worker_id": "w", "task_id": task["id"], "lease_token": task["lease_token"], "result": {"ok": 1}}
+    timer = threading.Timer(0.7, lambda: call("POST", "/workers/ack", worker, lease))
+    timer.start()
+    started = time.monotonic()
+    read = call("GET", f"/tasks/{task['id']}?wait_seconds=20", producer)
+    timer.join()
+    assert read.status_code == 200 and (read.json()["status"], read.json()["result"]) == ("done", {"ok": 1})
+    assert 0.5 < time.monotonic() - started < 5
+    # Cancel of a running task and heartbeat progress, over HTTP and through Django's stack alike.
+    call("POST", "/queues/lean/tasks", producer, {"payload": {}})
+    (running,) = call("POST", "/workers/claim", worker, {"worker_id": "w", "queue": "lean"}).json()["tasks"]
+    lease = {"worker_id": "w", "task_id": running["id"], "lease_token": running["lease_token"]}
+    both.same("POST", "/workers/heartbeat", {**lease, "progress": [1]}, key=worker, expect=400)
+    both.same("POST", "/workers/heartbeat", {**lease, "progress": {"p": "x" * 5000}}, key=worker, expect=400)
+    beat = both.same("POST", "/workers/heartbeat", {**lease, "progress": {"n": 1}}, key=worker, expect=200)
+    assert beat["cancel_requested"] is False
+    asked = both.same("DELETE", f"/queues/lean/tasks/{running['id']}", key=producer, expect=202)
+    assert asked["cancel_requested"] is True and asked["progress"] == {"n": 1}
+    assert call("POST", "/workers/heartbeat", worker, lease).json()["cancel_requested"] is True
+    nacked = call("POST", "/workers/nack", worker, {**lease, "error": "stopped"}).json()
+    assert nacked["status"] == "cancelled"
+
+    other = call("POST", "/queues/lean/tasks", producer, {"payload": {}}).json()
+    started = time.monotonic()
+    still = call("GET", f"/queues/lean/tasks/{other['id']}?wait_seconds=1", producer)
+    assert still.status_code == 200 and still.json()["status"] == "pending"
+    assert time.monotonic() - started >= 0.9

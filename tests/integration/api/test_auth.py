@@ -54,6 +54,7 @@ ENDPOINTS: list[tuple[str, str, Any, str, int]] = [
     ("POST", "/queues/email_jobs/tasks/batch", {"tasks": [{"payload": {}}]}, PRODUCER, 201),
     ("GET", "/queues/email_jobs/tasks", None, PRODUCER, 200),
     ("GET", "/queues/email_jobs/tasks/{pending}", None, PRODUCER, 200),
+    ("GET", "/tasks/{pending}", None, PRODUCER, 200),
     ("DELETE", "/queues/email_jobs/tasks/{pending}", None, PRODUCER, 200),
     ("GET", "/queues/email_jobs/stats", None, PRODUCER, 200),
     ("POST", "/workers/claim", {"worker_id": "w-9", "queue": "email_jobs"}, WORKER, 200),
@@ -191,6 +192,8 @@ def test_invalid_credentials_are_401(world, caller, method, path, body):
         ("POST", "/queues/nope/dlq/xyz/replay", ADMIN),
         ("DELETE", "/queues/nope/dlq/xyz", ADMIN),
         ("GET", "/queues/nope/stats", PRODUCER),
+        ("GET", "/tasks/not-a-uuid", PRODUCER),
+        ("GET", "/tasks/00000000-0000-0000-0000-000000000000", PRODUCER),
     ],
 )
 def test_auth_comes_before_404(world, method, path, role):

@@ -118,7 +118,7 @@ def test_first_heartbeat_moves_claimed_to_executing(producer, worker, queue, set
     response = post(worker, "/workers/heartbeat", body)
     assert response.status_code == 200
     beat = response.json()
-    assert set(beat) == {"task_id", "status", "lease_expires_at"}
+    assert set(beat) == {"task_id", "status", "lease_expires_at", "cancel_requested"}
     assert (beat["task_id"], beat["status"]) == (task["id"], "executing")
     stored = Task.objects.get(pk=task["id"])
     assert stored.heartbeat_at is not None

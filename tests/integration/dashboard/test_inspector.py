@@ -125,7 +125,7 @@ def test_the_detail_page_shows_the_live_lease(staff_client, queue):
     lifecycle.claim("w-9", [queue.id], 1)
     page = staff_client.get(f"{URL}{row['id']}/change/").content.decode()
     assert "expires at" in page and "w-9" in page
-    assert "Retry now" not in page and "Cancel task" not in page
+    assert "Retry now" not in page and "Cancel task" in page  # a running task can be asked to stop
 
 
 def test_task_fields_cannot_be_changed_through_the_form(staff_client, queue):
@@ -144,18 +144,21 @@ def test_cancel_action_asks_then_cancels_through_the_lifecycle_and_logs(staff_cl
     asked = _post_action(staff_client, "cancel_tasks", [pending.id, running.id])
 
     assert asked.status_code == 200
-    assert "Cancel 1 pending/retry task(s)?" in asked.content.decode()
+    assert "Cancel 2 task(s)?" in asked.content.decode()
     assert Task.objects.get(pk=pending.id).status == Status.PENDING  # nothing happens before confirming
 
     done = _confirm(staff_client, "cancel_tasks", [pending.id, running.id])
 
     assert done.status_code == 302
     assert Task.objects.get(pk=pending.id).status == Status.CANCELLED
-    assert Task.objects.get(pk=running.id).status == Status.CLAIMED
+    running_now = Task.objects.get(pk=running.id)
+    assert (running_now.status, running_now.cancel_requested) == (Status.CLAIMED, True)  # asked to stop
     event = TaskEvent.objects.get(task_id=pending.id)
     assert (event.from_status, event.to_status) == ("pending", "cancelled")
     log = LogEntry.objects.get(object_id=str(pending.id))
     assert (log.user_id, log.action_flag, log.change_message) == (staff.id, CHANGE, "Cancelled")
+    log = LogEntry.objects.get(object_id=str(running.id))
+    assert (log.user_id, log.action_flag, log.change_message) == (staff.id, CHANGE, "Cancel requested")
 
 
 def test_retry_now_action_moves_only_retry_tasks(staff_client, staff, queue):

@@ -22,7 +22,13 @@ COMPOSE = specs.load_compose()
 SERVICES = COMPOSE["services"]
 TASKFORGE = specs.taskforge_services(COMPOSE)
 EXAMPLE = specs.read_env_file(specs.ENV_EXAMPLE.read_text())
-REQUIRED = {"DJANGO_SECRET_KEY", "POSTGRES_PASSWORD", "TASKFORGE_ADMIN_API_KEY", "TASKFORGE_ADMIN_PASSWORD"}
+REQUIRED = {
+    "DJANGO_SECRET_KEY",
+    "POSTGRES_PASSWORD",
+    "TASKFORGE_ADMIN_API_KEY",
+    "TASKFORGE_ADMIN_PASSWORD",
+    "TASKFORGE_WORKER_API_KEY",
+}
 LOOPS = {"scheduler": "run_scheduler", "dispatcher": "run_dispatcher", "watchdog": "run_watchdog"}
 
 
@@ -85,6 +91,7 @@ def test_migrate_reads_the_credentials_from_its_environment_and_keeps_them_out_o
         "TASKFORGE_ADMIN_USERNAME",
         "TASKFORGE_ADMIN_PASSWORD",
         "TASKFORGE_ADMIN_EMAIL",
+        "TASKFORGE_WORKER_API_KEY",
     }
     assert used <= set(env)
     ensure_admin = next(step for step in script.split("&&") if "ensure_admin" in step)
@@ -119,6 +126,20 @@ def test_worker_talks_to_the_api_only():
     assert not {"DATABASE_URL", "REDIS_URL", "DJANGO_SECRET_KEY"} & set(env), "workers need no server credentials"
 
 
+def test_workers_get_the_worker_role_key_installed_by_migrate_never_the_admin_key():
+    worker = specs.environment(TASKFORGE["worker"])
+    assert (
+        worker["TASKFORGE_API_KEY"]
+        == "${TASKFORGE_WORKER_API_KEY:?set TASKFORGE_WORKER_API_KEY in .env (see .env.example)}"
+    )
+    assert "ADMIN" not in worker["TASKFORGE_API_KEY"], "a worker must not fall back to the admin key"
+    resolved = specs.interpolate_tree(COMPOSE, specs.read_env_file(make_env.render(specs.ENV_EXAMPLE.read_text())[0]))
+    values = specs.environment(resolved["services"]["worker"])
+    migrate = specs.environment(resolved["services"]["migrate"])
+    assert values["TASKFORGE_API_KEY"] == migrate["TASKFORGE_WORKER_API_KEY"] != migrate["TASKFORGE_ADMIN_API_KEY"]
+    assert "--worker-api-key" in TASKFORGE["migrate"]["command"][2]
+
+
 def test_required_secrets_fail_loudly_when_missing():
     for variable in REQUIRED:
         uses = re.findall(r"\$\{" + variable + r"(:?[-?+])?", specs.COMPOSE_FILE.read_text())
@@ -149,6 +170,7 @@ def test_env_example_holds_placeholders_only():
     for variable in REQUIRED:
         assert "change-me" in EXAMPLE[variable], variable
     assert len(EXAMPLE["TASKFORGE_ADMIN_API_KEY"]) >= 32, "create_key refuses shorter keys"
+    assert len(EXAMPLE["TASKFORGE_WORKER_API_KEY"]) >= 32, "create_key refuses shorter keys"
     for variable, value in EXAMPLE.items():
         if specs.SECRET_NAME.search(variable) and value:
             assert "change-me" in value, f"{variable} looks like a real secret"

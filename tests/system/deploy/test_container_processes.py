@@ -212,7 +212,11 @@ def test_compose_services_run_a_task_and_stop_cleanly(image_root, stack):
         assert "admin API key are in place" in migrate.stdout
         logs = migrate.stdout + migrate.stderr
         assert DOTENV["TASKFORGE_ADMIN_API_KEY"] not in logs and DOTENV["TASKFORGE_ADMIN_PASSWORD"] not in logs
+        assert DOTENV["TASKFORGE_WORKER_API_KEY"] not in logs
     assert ApiKey.objects.filter(name="admin", role=ApiKey.Role.ADMIN).count() == 1
+    # The workers run with a worker-role key of their own, never the admin key.
+    assert ApiKey.objects.filter(name="workers", role=ApiKey.Role.WORKER).count() == 1
+    assert SERVICES["worker"]["environment"]["TASKFORGE_API_KEY"] == DOTENV["TASKFORGE_WORKER_API_KEY"]
     admin = get_user_model().objects.get(username=DOTENV["TASKFORGE_ADMIN_USERNAME"])
     assert admin.is_superuser and admin.check_password(DOTENV["TASKFORGE_ADMIN_PASSWORD"])
 

@@ -107,6 +107,17 @@ def test_commands_exist_and_match_compose():
     ]
 
 
+def test_workers_get_the_worker_role_key_the_migrate_job_installs_never_the_admin_key():
+    worker = specs.pod_spec(DEPLOYMENTS["taskforge-worker"])["containers"][0]
+    [key] = [item for item in worker["env"] if item["name"] == "TASKFORGE_API_KEY"]
+    assert key["valueFrom"]["secretKeyRef"]["key"] == "TASKFORGE_WORKER_API_KEY"
+    migrate = JOB["spec"]["template"]["spec"]["containers"][0]
+    refs = {item["name"]: item["valueFrom"]["secretKeyRef"]["key"] for item in migrate["env"] if "valueFrom" in item}
+    assert refs["TASKFORGE_WORKER_API_KEY"] == "TASKFORGE_WORKER_API_KEY"
+    assert '--worker-api-key "$TASKFORGE_WORKER_API_KEY"' in migrate["command"][2]
+    assert "change-me" in SECRET["TASKFORGE_WORKER_API_KEY"] and len(SECRET["TASKFORGE_WORKER_API_KEY"]) >= 32
+
+
 def test_pods_wait_for_migrations():
     for name in ["taskforge-api", *(f"taskforge-{loop}" for loop in LOOPS)]:
         [init] = specs.pod_spec(DEPLOYMENTS[name])["initContainers"]
