@@ -1,5 +1,8 @@
 """TaskForge's Python client: enqueue tasks, run a worker, plug Django's tasks framework in.
 
+* ``TaskForge``: register plain functions as tasks (``@app.task``), enqueue
+  them by kind and wait for their results (``taskforge_client.app``);
+  ``taskforge_client.testing`` runs them in process in tests.
 * ``TaskForgeClient``: the HTTP API's producer and worker calls
   (``taskforge_client.client``); error answers raise the ``TaskForgeError``
   family (``taskforge_client.errors``).
@@ -14,6 +17,7 @@
 Needs the standard library and httpx only.
 """
 
+from taskforge_client.app import TaskForge
 from taskforge_client.client import TaskForgeClient
 from taskforge_client.errors import (
     Conflict,
@@ -30,10 +34,13 @@ from taskforge_client.errors import (
     UnsupportedMediaType,
     ValidationError,
 )
+from taskforge_client.handles import ResultTimeout, TaskCancelled, TaskFailed, TaskHandle
 from taskforge_client.outcomes import Fail, Retry
-from taskforge_client.worker.job import Job
+from taskforge_client.payloads import NotSerializable
+from taskforge_client.tasks import TaskFunction
+from taskforge_client.worker.job import Job, current_job
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"
 
 __all__ = [
     "Conflict",
@@ -44,14 +51,22 @@ __all__ = [
     "LeaseLost",
     "MethodNotAllowed",
     "NotFound",
+    "NotSerializable",
     "PayloadTooLarge",
+    "ResultTimeout",
     "Retry",
     "ServerError",
+    "TaskCancelled",
+    "TaskFailed",
+    "TaskForge",
     "TaskForgeClient",
     "TaskForgeError",
+    "TaskFunction",
+    "TaskHandle",
     "Unauthorized",
     "Unavailable",
     "UnsupportedMediaType",
     "ValidationError",
     "__version__",
+    "current_job",
 ]

@@ -25,6 +25,8 @@ def enqueue_body(
     scheduled_at: datetime | str | None = None,
     idempotency_key: str | None = None,
     max_retries: int | None = None,
+    kind: str | None = None,
+    timeout_seconds: int | None = None,
 ) -> Json:
     """One enqueue body as the contract spells it: the options given, none of those left out."""
     body: Json = {"payload": payload if type(payload) is dict else dict(payload)}
@@ -33,6 +35,8 @@ def enqueue_body(
         "scheduled_at": _timestamp(scheduled_at),
         "idempotency_key": idempotency_key,
         "max_retries": max_retries,
+        "kind": kind,
+        "timeout_seconds": timeout_seconds,
     }
     body.update({name: value for name, value in optional.items() if value is not None})
     return body

@@ -113,14 +113,22 @@ class TaskForgeClient:
         scheduled_at: datetime | str | None = None,
         idempotency_key: str | None = None,
         max_retries: int | None = None,
+        kind: str | None = None,
+        timeout_seconds: int | None = None,
     ) -> Json:
-        """Add one task; returns the task. Retried on failure only with an ``idempotency_key``."""
+        """Add one task; returns the task. Retried on failure only with an ``idempotency_key``.
+
+        ``kind`` says what the task is (``emails.send_welcome``); ``timeout_seconds``
+        is the time limit of one attempt (overrides the queue's).
+        """
         body = enqueue_body(
             payload,
             priority=priority,
             scheduled_at=scheduled_at,
             idempotency_key=idempotency_key,
             max_retries=max_retries,
+            kind=kind,
+            timeout_seconds=timeout_seconds,
         )
         answer: Json = self._request(
             "POST", f"/queues/{_part(queue)}/tasks", json=body, retry=idempotency_key is not None
@@ -155,13 +163,30 @@ class TaskForgeClient:
         )["tasks"]
         return created
 
-    def get_task(self, queue: str, task_id: TaskId) -> Json:
-        """One task with its ``history`` of transitions."""
-        answer: Json = self._request("GET", f"/queues/{_part(queue)}/tasks/{_part(task_id)}", retry=True)
+    def get_task(self, queue: str, task_id: TaskId, *, wait_seconds: int = 0) -> Json:
+        """One task with its ``history`` of transitions.
+
+        ``wait_seconds`` (0-30): answer as soon as the task is done, dead or
+        cancelled, or when the wait is over, with the task as it then is.
+        """
+        return self._read_task(f"/queues/{_part(queue)}/tasks/{_part(task_id)}", wait_seconds)
+
+    def find_task(self, task_id: TaskId, *, wait_seconds: int = 0) -> Json:
+        """One task with its ``history``, whatever its queue (``GET /tasks/{id}``); ``wait_seconds`` as above."""
+        return self._read_task(f"/tasks/{_part(task_id)}", wait_seconds)
+
+    def _read_task(self, path: str, wait_seconds: int) -> Json:
+        if not wait_seconds:
+            answer: Json = self._request("GET", path, retry=True)
+            return answer
+        # The answer may come only after the wait: the read must be allowed longer.
+        timeout = max(self.timeout, wait_seconds + LONG_POLL_MARGIN_SECONDS)
+        answer = self._request("GET", f"{path}?wait_seconds={int(wait_seconds)}", retry=True, timeout=timeout)
         return answer
 
     def cancel(self, queue: str, task_id: TaskId) -> Json:
-        """Cancel a pending or retry task (``Conflict`` otherwise)."""
+        """Cancel a task: ``pending``/``retry`` ones at once (status ``cancelled``); a running one is
+        answered with ``cancel_requested: true`` and its worker is told to stop. ``Conflict`` once finished."""
         answer: Json = self._request("DELETE", f"/queues/{_part(queue)}/tasks/{_part(task_id)}")
         return answer
 
@@ -205,13 +230,18 @@ class TaskForgeClient:
         *,
         timeout: float | None = None,
         retry: bool = True,
+        progress: Mapping[str, Any] | None = None,
     ) -> Json:
         """Extend the lease; ``LeaseLost`` means stop working on the task.
 
         A worker that holds many leases passes a short ``timeout`` and
         ``retry=False`` and retries itself, so one slow call never outlasts a lease.
+        ``progress`` (a JSON object, at most 4 KiB) becomes the task's ``progress``.
+        The answer carries ``cancel_requested: true`` once a producer cancelled the task.
         """
-        body = {"worker_id": worker_id, "task_id": str(task_id), "lease_token": lease_token}
+        body: Json = {"worker_id": worker_id, "task_id": str(task_id), "lease_token": lease_token}
+        if progress is not None:
+            body["progress"] = dict(progress)
         answer: Json = self._request("POST", "/workers/heartbeat", json=body, retry=retry, timeout=timeout)
         return answer
 

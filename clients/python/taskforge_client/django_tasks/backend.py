@@ -25,6 +25,11 @@ Mapping onto TaskForge:
 * priority: Django's -100..100 (higher runs first, 0 default) becomes
   TaskForge's 1..10 (lower runs first, 5 default), see ``taskforge_priority``.
 * ``run_after`` becomes ``scheduled_at``; the result id is the TaskForge task id.
+* inside a transaction the task is posted when it commits (nothing on a
+  rollback), unless the TASKS entry sets ``"ENQUEUE_ON_COMMIT": False``;
+  every enqueue carries its own idempotency key, so a retried post after a
+  lost answer never makes a second task.
+* ``get_result`` is one ``GET /tasks/{id}``, whatever the task's queue.
 * status: ``pending``/``retry`` are READY, ``claimed``/``executing`` RUNNING,
   ``done`` SUCCESSFUL, ``dead``/``cancelled`` FAILED.
 
@@ -44,6 +49,7 @@ from typing import Any, ParamSpec, TypeVar
 
 from django.core import checks
 from django.core.exceptions import ImproperlyConfigured
+from django.db import transaction
 from django.tasks import DEFAULT_TASK_QUEUE_NAME, Task, TaskResult, TaskResultStatus
 from django.tasks.backends.base import BaseTaskBackend
 from django.tasks.base import TaskError
@@ -100,6 +106,8 @@ class TaskForgeBackend(BaseTaskBackend):
 
     def __init__(self, alias: str, params: dict[str, Any]) -> None:
         super().__init__(alias, params)
+        # Inside a transaction, post only once it commits (the TASKS entry's ENQUEUE_ON_COMMIT, default True).
+        self.enqueue_on_commit = bool(params.get("ENQUEUE_ON_COMMIT", True))
         self.url: str = self.options.get("url", "")
         self.api_key: str = self.options.get("api_key", "")
         self.default_queue: str = self.options.get("queue", DEFAULT_TASK_QUEUE_NAME)
@@ -134,6 +142,14 @@ class TaskForgeBackend(BaseTaskBackend):
     # -- producer side
 
     def enqueue(self, task: Task[P, R], args: list[Any], kwargs: dict[str, Any]) -> TaskResult[P, R]:
+        """Post the task; inside a transaction (with ``ENQUEUE_ON_COMMIT``), once it commits.
+
+        Each enqueue gets its own idempotency key, so the client may send it
+        again after a lost answer or a 503 and the server still makes one task.
+        A deferred enqueue returns at once a READY result whose ``id`` is a
+        placeholder (``django-<uuid>``) until the commit gives it the TaskForge
+        task id; a rollback sends nothing.
+        """
         self.validate_task(task)
         spec = {
             "path": task.module_path,
@@ -143,39 +159,69 @@ class TaskForgeBackend(BaseTaskBackend):
             "queue_name": task.queue_name,
             "backend": self.alias,
         }
+        key = f"django-{uuid.uuid4()}"
+        if self.enqueue_on_commit and transaction.get_connection().in_atomic_block:
+            waiting = self._waiting_result(task, spec, key)
+
+            def send_on_commit() -> None:
+                self._send(task, spec, key, waiting)
+
+            transaction.on_commit(send_on_commit)
+            return waiting
+        return self._send(task, spec, key, None)
+
+    def _send(
+        self, task: Task[P, R], spec: dict[str, Any], key: str, waiting: TaskResult[P, R] | None
+    ) -> TaskResult[P, R]:
         created = self.client.enqueue(
             self.taskforge_queue(task.queue_name),
             {DJANGO_TASK_KEY: spec},
             priority=taskforge_priority(task.priority),
             scheduled_at=task.run_after,
+            idempotency_key=key,
         )
         result = self._result(created, task)
+        if waiting is not None:
+            # The caller holds the result handed out before the commit: it now names the real task.
+            for name in ("id", "status", "enqueued_at"):
+                object.__setattr__(waiting, name, getattr(result, name))
+            result = waiting
         task_enqueued.send(type(self), task_result=result)
         return result
 
+    def _waiting_result(self, task: Task[P, R], spec: dict[str, Any], key: str) -> TaskResult[P, R]:
+        return TaskResult(
+            task=task,
+            id=key,
+            status=TaskResultStatus.READY,
+            enqueued_at=None,
+            started_at=None,
+            last_attempted_at=None,
+            finished_at=None,
+            args=spec["args"],
+            kwargs=spec["kwargs"],
+            backend=self.alias,
+            errors=[],
+            worker_ids=[],
+        )
+
     def get_result(self, result_id: str) -> TaskResult[..., Any]:
+        """The task, read in one request whatever its queue (``GET /tasks/{id}``)."""
         try:
             uuid.UUID(str(result_id))
         except ValueError:
             raise TaskResultDoesNotExist(result_id) from None
-        for queue in self._queues():
-            try:
-                data = self.client.get_task(queue, result_id)
-            except NotFound:
-                continue
-            spec = (data.get("payload") or {}).get(DJANGO_TASK_KEY)
-            if not isinstance(spec, dict):
-                break  # a TaskForge task, but not one of Django's
-            task = load_task(spec["path"]).using(
-                priority=spec.get("priority"), queue_name=spec.get("queue_name"), backend=self.alias
-            )
-            return self._result(data, task)
-        raise TaskResultDoesNotExist(result_id)
-
-    def _queues(self) -> list[str]:
-        names = [self.default_queue]
-        names += sorted({self.taskforge_queue(name) for name in self.queues} - {self.default_queue})
-        return names
+        try:
+            data = self.client.find_task(result_id)
+        except NotFound:
+            raise TaskResultDoesNotExist(result_id) from None
+        spec = (data.get("payload") or {}).get(DJANGO_TASK_KEY)
+        if not isinstance(spec, dict):
+            raise TaskResultDoesNotExist(result_id)  # a TaskForge task, but not one of Django's
+        task = load_task(spec["path"]).using(
+            priority=spec.get("priority"), queue_name=spec.get("queue_name"), backend=self.alias
+        )
+        return self._result(data, task)
 
     def _result(self, data: dict[str, Any], task: Task[P, R]) -> TaskResult[P, R]:
         spec = data["payload"][DJANGO_TASK_KEY]

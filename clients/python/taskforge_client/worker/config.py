@@ -51,6 +51,7 @@ class Config:
     log_level: str = "INFO"
     prefetch: int = DEFAULT_PREFETCH
     summary_interval: float = 30.0
+    app: str | None = None
 
 
 def _default_worker_id() -> str:
@@ -152,6 +153,13 @@ class Setting:
 
 
 SETTINGS: tuple[Setting, ...] = (
+    Setting(
+        "app",
+        "--app",
+        "TASKFORGE_APP",
+        "package.module (or package.module:app) holding @app.task functions: each task runs the function "
+        "its kind names, claimed from the queues those functions use; also the first positional argument",
+    ),
     Setting(
         "handler",
         "--handler",
@@ -284,13 +292,17 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     """The command line: one flag per setting that has one."""
     parser = argparse.ArgumentParser(
         prog=prog,
-        description="Run TaskForge tasks with a Python handler (or Django @task functions).",
+        description="Run TaskForge tasks: the @app.task functions of an app module by kind, "
+        "a --handler function, or Django @task functions.",
         epilog="Flags override the environment variables named in brackets. "
         "TASKFORGE_API_KEY (required) and DJANGO_SETTINGS_MODULE are read from the environment only.",
     )
     for setting in SETTINGS:
         if setting.flag:
             parser.add_argument(setting.flag, dest=setting.name, help=setting.help_text())
+    parser.add_argument(
+        "app_module", nargs="?", metavar="APP", help="the module holding the @app.task functions (same as --app)"
+    )
     return parser
 
 
@@ -298,6 +310,11 @@ def load_config(argv: list[str] | None = None, environ: Mapping[str, str] | None
     """Settings from the command line, then the environment, then defaults."""
     env = os.environ if environ is None else environ
     flags = vars(build_parser(prog).parse_args(argv))
+    positional = flags.pop("app_module")
+    if positional is not None:
+        if flags.get("app") not in (None, positional):
+            raise ConfigError(f"two apps given: {positional!r} and --app {flags['app']!r}; give one")
+        flags["app"] = positional
     values: dict[str, Any] = {}
     for setting in SETTINGS:
         raw = flags.get(setting.name)
@@ -305,6 +322,10 @@ def load_config(argv: list[str] | None = None, environ: Mapping[str, str] | None
             raw = env.get(setting.env, "").strip() or None
         values[setting.name] = setting.parse(raw)
     config = Config(**values)
+    if config.app and config.handler:
+        raise ConfigError(
+            "give an app module (tasks run by kind) or --handler (one function runs every task), not both"
+        )
     if config.request_timeout <= config.wait_seconds:
         raise ConfigError(
             f"--request-timeout / WORKER_REQUEST_TIMEOUT ({config.request_timeout:g}) must exceed the long-poll "

@@ -1,6 +1,9 @@
 """Which function runs a claimed task: the ``--handler``, or Django for a Django ``@task`` payload.
 
 A handler is ``function(payload, job)`` named ``package.module:function``.
+A worker started on an app module (``python -m taskforge_client.worker
+myapp.tasks``) instead runs each task with the ``@app.task`` function its
+``kind`` names.
 The handler chosen on the command line always wins: a worker started with
 ``--handler`` hands it every payload, one holding ``DJANGO_TASK_KEY`` too,
 so whoever can enqueue cannot make it run a function its operator did not
@@ -18,12 +21,22 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, Protocol
 
+from taskforge_client.outcomes import Fail
 from taskforge_client.worker.config import ConfigError
 from taskforge_client.worker.job import Job
 
-__all__ = ["DJANGO_TASKS_EXECUTE", "DJANGO_TASK_KEY", "Handler", "Handlers", "load_handler", "prepare_django"]
+__all__ = [
+    "DJANGO_TASKS_EXECUTE",
+    "DJANGO_TASK_KEY",
+    "Handler",
+    "Handlers",
+    "KindRunner",
+    "load_handler",
+    "prepare_django",
+    "unknown_kind_error",
+]
 
 Handler = Callable[[dict[str, Any], Job], Mapping[str, Any] | None]
 
@@ -55,19 +68,52 @@ def prepare_django() -> None:
     importlib.import_module(DJANGO_TASKS_EXECUTE).setup_django()
 
 
-class Handlers:
-    """Calls the right function for each job (from any pool thread)."""
+class KindRunner(Protocol):
+    """A task function registered with ``@app.task``: runs the call a job carries."""
 
-    def __init__(self, handler: Handler | None) -> None:
+    def run_job(self, job: Job) -> Mapping[str, Any] | None: ...
+
+
+class Handlers:
+    """Calls the right function for each job (from any pool thread).
+
+    With ``tasks`` (a worker started on an app module), the task's ``kind``
+    picks the function; a kind this worker does not know fails the task at
+    once (``Fail``: nacked with ``retry: false``), since no attempt here could
+    ever run it.
+    """
+
+    def __init__(self, handler: Handler | None, tasks: Mapping[str, KindRunner] | None = None) -> None:
         self.handler = handler
+        self.tasks = tasks
         self._run_django_task: Callable[[Job], Any] | None = None
 
     def __call__(self, job: Job) -> Any:
+        token = job.running()  # current_job() inside the task
+        try:
+            return self._call(job)
+        finally:
+            job.finished(token)
+
+    def _call(self, job: Job) -> Any:
         if self.handler is not None:
             return self.handler(job.payload, job)
+        if self.tasks is not None:
+            runner = self.tasks.get(job.kind or "")
+            if runner is None:
+                raise Fail(unknown_kind_error(job.kind, self.tasks))
+            return runner.run_job(job)
         if isinstance(job.payload.get(DJANGO_TASK_KEY), dict):
             if self._run_django_task is None:
                 # Loaded on first use only: plain workers never import Django.
                 self._run_django_task = importlib.import_module(DJANGO_TASKS_EXECUTE).run_job
             return self._run_django_task(job)
         raise LookupError("this worker has no --handler and the payload is not a Django task")
+
+
+def unknown_kind_error(kind: str | None, tasks: Mapping[str, Any]) -> str:
+    """The error of a task whose kind no registered function has: what came, what this worker runs."""
+    known = sorted(tasks)
+    shown = ", ".join(known[:20]) + (f" and {len(known) - 20} more" if len(known) > 20 else "")
+    what = f"unknown task kind {kind!r}" if kind else "task has no kind"
+    return f"{what}: this worker runs {shown or 'no kinds'} (is the module that defines it imported by the worker?)"

@@ -14,6 +14,11 @@ about a second later by the same schedule. A lease that runs out before any
 beat got through is given up like a lost one: the server reclaims the task.
 Any exception from one call (an unexpected answer, a bug) is logged with the
 task id and treated like a failed beat; it never stops the thread.
+
+A heartbeat carries the job's latest ``progress`` report, if one is waiting
+(a failed beat keeps it for the next). An answer with ``cancel_requested:
+true`` (a producer cancelled the running task) sets ``job.cancelled`` and
+``job.cancel_requested``: the runner nacks the task once its handler ends.
 """
 
 from __future__ import annotations
@@ -22,10 +27,12 @@ import logging
 import queue
 import threading
 import time
+from typing import Any
 
 from taskforge_client.client import TaskForgeClient
 from taskforge_client.errors import LeaseLost, NotFound, TaskForgeError
 from taskforge_client.worker.flights import Flight, InFlight
+from taskforge_client.worker.job import Job
 from taskforge_client.worker.logs import EventLog
 
 __all__ = ["HEARTBEAT_THREADS", "Heartbeats"]
@@ -92,21 +99,38 @@ class Heartbeats:
         job = flight.job
         sent_at = time.monotonic()
         next_beat = sent_at + min(RETRY_SECONDS, flight.beat_interval)
+        progress = job.take_progress()
         try:
-            self.client.heartbeat(
-                job.worker_id, job.id, job.lease_token, timeout=self._call_timeout(flight, sent_at), retry=False
+            answer = self.client.heartbeat(
+                job.worker_id,
+                job.id,
+                job.lease_token,
+                timeout=self._call_timeout(flight, sent_at),
+                retry=False,
+                progress=progress,
             )
         except (LeaseLost, NotFound) as exc:
             self._lease_gone(flight, f"heartbeat answered {exc.code}")
         except TaskForgeError as exc:
+            self._put_back(job, progress)
             self.log(logging.WARNING, "heartbeat.error", f"heartbeat failed, trying again soon: {exc}", job)
         except Exception as exc:  # an answer nobody expected: a failed beat, not a dead thread
+            self._put_back(job, progress)
             self.log(logging.ERROR, "heartbeat.error", f"heartbeat failed unexpectedly: {exc!r}", job)
         else:
             flight.extended(sent_at)
             next_beat = sent_at + flight.beat_interval
+            said: Any = answer  # a proxy may answer 200 with anything: only a dict can ask to cancel
+            if isinstance(said, dict) and said.get("cancel_requested") is True and not job.cancel_requested:
+                job.request_cancel()
+                self.log(logging.INFO, "task.cancel_requested", "cancel requested: telling the handler to stop", job)
         finally:
             self.flights.beat_done(flight, next_beat)
+
+    @staticmethod
+    def _put_back(job: Job, progress: dict[str, Any] | None) -> None:
+        if progress is not None:  # not delivered: it goes with the next beat, unless a newer one came
+            job.put_back_progress(progress)
 
     def _call_timeout(self, flight: Flight, now: float) -> float:
         """At most one beat interval, and never past the lease: a stuck call gives way to a retry in time."""

@@ -27,9 +27,19 @@ from typing import Any
 from taskforge_client.outcomes import Fail, Retry
 from taskforge_client.worker.flights import Flight
 
-__all__ = ["MAX_ERROR_CHARS", "InvalidResult", "Outcome", "describe_exception", "outcome_of", "sendable_text"]
+__all__ = [
+    "CANCELLED_ERROR",
+    "MAX_ERROR_CHARS",
+    "InvalidResult",
+    "Outcome",
+    "cancelled_outcome",
+    "describe_exception",
+    "outcome_of",
+    "sendable_text",
+]
 
 MAX_ERROR_CHARS = 8000  # the protocol allows 65536; a traceback's tail is enough
+CANCELLED_ERROR = "cancelled on request"
 
 
 class InvalidResult(ValueError):
@@ -58,6 +68,11 @@ class Outcome:
             "retry": self.retry,
             "retry_after_seconds": self.retry_after_seconds,
         }
+
+
+def cancelled_outcome(flight: Flight) -> Outcome:
+    """The nack of a task a producer cancelled while it ran: no retry; the server makes it ``cancelled``."""
+    return Outcome(flight, ack=False, error=CANCELLED_ERROR, retry=False)
 
 
 def outcome_of(flight: Flight, call: Callable[[], Any]) -> Outcome:

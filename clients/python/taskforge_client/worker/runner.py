@@ -44,6 +44,7 @@ import queue
 import signal
 import threading
 import time
+from collections.abc import Mapping, Sequence
 from types import FrameType
 from typing import Any
 
@@ -53,11 +54,12 @@ from taskforge_client.worker.completer import MAX_BATCH, Completer
 from taskforge_client.worker.config import Config
 from taskforge_client.worker.deadlines import Deadlines
 from taskforge_client.worker.flights import Flight, InFlight
-from taskforge_client.worker.handlers import Handler, Handlers
+from taskforge_client.worker.handlers import Handler, Handlers, KindRunner
 from taskforge_client.worker.heartbeats import Heartbeats
 from taskforge_client.worker.job import Job
 from taskforge_client.worker.logs import EventLog
-from taskforge_client.worker.outcome import outcome_of
+from taskforge_client.worker.outcome import cancelled_outcome, outcome_of
+from taskforge_client.worker.queues import ClaimQueues
 from taskforge_client.worker.summary import Summary
 
 __all__ = ["HANDBACK_SECONDS", "Runner"]
@@ -71,13 +73,24 @@ HANDBACK_SECONDS = 5.0
 class Runner:
     """One worker process's threads, working on TaskForge until stopped."""
 
-    def __init__(self, config: Config, handler: Handler | None, client: TaskForgeClient | None = None) -> None:
+    def __init__(
+        self,
+        config: Config,
+        handler: Handler | None,
+        client: TaskForgeClient | None = None,
+        *,
+        tasks: Mapping[str, KindRunner] | None = None,
+        queues: Sequence[str] | None = None,
+    ) -> None:
         self.config = config
         self.handler = handler
+        self.tasks = tasks
+        # An app's worker claims from its tasks' queues only; otherwise --queue, or any queue.
+        self.claim_queues = ClaimQueues(list(queues) if queues else [config.queue], config.wait_seconds)
         self.client = client or TaskForgeClient(config.api_url, config.api_key, timeout=config.request_timeout)
         self.log = EventLog(config.worker_id)
         self.flights = InFlight(config.concurrency, config.prefetch)
-        self.handlers = Handlers(handler)
+        self.handlers = Handlers(handler, tasks)
         self.summary = Summary(self.log, self.flights, config.summary_interval)
         self.completer = Completer(
             self.client, self.flights, self.log, worker_id=config.worker_id, tick=TICK_SECONDS, tally=self.summary
@@ -119,12 +132,14 @@ class Runner:
             "worker.start",
             "worker started",
             queue=self.config.queue,
+            queues=self.claim_queues.queues,
+            kinds=sorted(self.tasks) if self.tasks is not None else None,
             concurrency=self.config.concurrency,
             prefetch=self.config.prefetch,
             handler=self.config.handler,
             api_url=self.config.api_url,
         )
-        if self.handler is None and not self.config.django_settings:
+        if self.handler is None and self.tasks is None and not self.config.django_settings:
             self.log(
                 logging.WARNING,
                 "worker.no_handler",
@@ -164,23 +179,24 @@ class Runner:
             if room <= 0:
                 continue
             asked = time.monotonic()
+            queue, wait = self.claim_queues.next()
             try:
                 tasks = self.client.claim(
-                    self.config.worker_id,
-                    self.config.queue,
-                    max_tasks=min(room, MAX_BATCH),
-                    wait_seconds=self.config.wait_seconds,
+                    self.config.worker_id, queue, max_tasks=min(room, MAX_BATCH), wait_seconds=wait
                 )
             except (Unauthorized, Forbidden):
                 raise
             except TaskForgeError as exc:
-                self.log(logging.WARNING, "claim.error", f"claim failed: {exc}", queue=self.config.queue)
+                self.log(logging.WARNING, "claim.error", f"claim failed: {exc}", queue=queue)
+                self.claim_queues.claimed(False)
                 self.stopping.wait(self.config.poll_interval)
                 continue
             except Exception as exc:  # an answer nobody expected: pause, as after any failed claim
-                self.log(logging.ERROR, "claim.error", f"claim failed unexpectedly: {exc!r}", queue=self.config.queue)
+                self.log(logging.ERROR, "claim.error", f"claim failed unexpectedly: {exc!r}", queue=queue)
+                self.claim_queues.claimed(False)
                 self.stopping.wait(self.config.poll_interval)
                 continue
+            self.claim_queues.claimed(bool(tasks))
             flights = self._flights(tasks)
             if self.stopping.is_set():
                 # Claimed while the signal arrived: hand them straight back.
@@ -189,7 +205,7 @@ class Runner:
             for flight in flights:
                 self.flights.add(flight)
                 self._work.put(flight)
-            if not tasks and time.monotonic() - asked < self.config.wait_seconds / 2:
+            if not tasks and time.monotonic() - asked < wait / 2:
                 # An empty answer that did not wait (short polling, a paused queue): pause.
                 # After a full long poll the server has waited already: ask again at once.
                 self.stopping.wait(self.config.poll_interval)
@@ -230,7 +246,11 @@ class Runner:
                 self.log(logging.WARNING, "task.dropped", "task dropped before it started: its lease was lost", job)
             return
         self.log(logging.DEBUG, "task.start", "task started", job)
-        outcome = outcome_of(flight, lambda: self.handlers(job))
+        # A task cancelled while it waited never runs; one cancelled while it ran is nacked, whatever it
+        # returned, and the server makes it ``cancelled``.
+        outcome = cancelled_outcome(flight) if job.cancel_requested else outcome_of(flight, lambda: self.handlers(job))
+        if job.cancel_requested and (outcome.ack or outcome.retry):
+            outcome = cancelled_outcome(flight)
         elapsed_ms = round((time.monotonic() - flight.started) * 1000)
         dropped = self.flights.handler_returned(flight)
         if dropped:
