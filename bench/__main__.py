@@ -41,6 +41,7 @@ def _plan() -> list[tuple[str, Workload]]:
         ("W3", drain.w3),
         ("W3N", drain.w3n),
         ("W3D", drain.w3d),
+        ("W3K", drain.w3k),
         ("W3B", drain.w3b),
         ("W4", timing.w4),
         ("W5", timing.w5),

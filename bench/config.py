@@ -3,8 +3,8 @@
 Every knob can be overridden from the environment (``BENCH_<FIELD>``, e.g.
 ``BENCH_RUNS=1 BENCH_W3_TASKS=5000``), and ``BENCH_ONLY=W1,W3`` runs a subset: W0 (one
 sequential producer), W1, W2, W3, W3N (naive worker), W3D (reference worker at its
-defaults), W3B, W4, W5, W8 (one producer while workers drain), CALLS (API CPU per
-single-task call), W6, W7.
+defaults), W3K (the worker on an @app.task module), W3B, W4, W5, W8 (one producer while
+workers drain), CALLS (API CPU per single-task call), W6, W7.
 """
 
 from __future__ import annotations

@@ -62,8 +62,19 @@ class Context:
             (queue_id,) = pg.execute("SELECT id FROM tf_queue WHERE name = %s", [name]).fetchone()
         return queue_id
 
-    def preload(self, queue: str, count: int, *, batch: int = 1000, payload: dict[str, Any] | None = None) -> list[str]:
-        """Enqueue ``count`` tasks through the batch API (2 connections); return their ids."""
+    def preload(
+        self,
+        queue: str,
+        count: int,
+        *,
+        batch: int = 1000,
+        payload: dict[str, Any] | None = None,
+        kind: str | None = None,
+    ) -> list[str]:
+        """Enqueue ``count`` tasks (of ``kind``, if given) through the batch API (2 connections); return their ids."""
+        item: dict[str, Any] = {"payload": payload or {"bench": True}}
+        if kind is not None:
+            item["kind"] = kind
 
         async def run() -> list[str]:
             sizes = [min(batch, count - start) for start in range(0, count, batch)]
@@ -75,7 +86,7 @@ class Context:
                 try:
                     while pending:
                         _, size = pending.pop(0)
-                        body = {"tasks": [{"payload": payload or {"bench": True}} for _ in range(size)]}
+                        body = {"tasks": [item] * size}
                         created = await conn.json("POST", f"/queues/{queue}/tasks/batch", body, expect=(201,))
                         ids.extend(task["id"] for task in created["tasks"])
                 finally:
@@ -121,6 +132,14 @@ class Context:
                     "--wait-seconds", str(wait),
                     # Celery runs at --loglevel WARNING too: no line per task for either.
                     "--log-level", "WARNING",
+                ]  # fmt: skip
+                argv += self.extra.get("reference_worker_args", [])
+            elif kind == "tasks":
+                # The reference worker on an @app.task module, with W3's flags: tasks run by kind.
+                argv = [
+                    self.stack.python, "-m", "taskforge_client.worker", "bench.app_tasks",
+                    "--queue", queue, "--concurrency", str(max_tasks), "--worker-id", worker_id,
+                    "--wait-seconds", str(wait), "--log-level", "WARNING",
                 ]  # fmt: skip
                 argv += self.extra.get("reference_worker_args", [])
             elif kind == "harness":

@@ -1,6 +1,7 @@
 """W3 (drain a preloaded queue) with Celery's drain beside it, W3N (the naive worker,
-2 processes x 4 threads), W3D (the reference worker at its defaults), W3b (produce
-while draining) and W6 (W3 again on top of a million finished tasks).
+2 processes x 4 threads), W3D (the reference worker at its defaults), W3K (W3 with the
+worker run on an ``@app.task`` module), W3b (produce while draining) and W6 (W3 again
+on top of a million finished tasks).
 
 Drain rates are ``tasks / (last ack - first claim)``, both read from
 ``tf_task_event`` in Postgres, and every task must have exactly one ``done``
@@ -26,6 +27,10 @@ from bench.stack import tree_cpu_seconds
 HISTORY_QUEUE = "bench_w6"
 NAIVE_RATE = "drain tasks/s (naive: max_tasks=1, single acks)"
 DEFAULTS_RATE = "drain tasks/s (reference worker, defaults)"
+TASKS_RATE = "drain tasks/s (@app.task worker)"
+# The task bench/app_tasks.py defines, as noop.enqueue() would post it (the harness's own
+# venv has no client package, so it does not import that module).
+APP_TASK = {"kind": "bench.noop", "payload": {"args": [], "kwargs": {}}}
 
 
 def _drain(
@@ -36,9 +41,11 @@ def _drain(
     count: int,
     kind: str,
     start: Callable[[], list[Child]] | None = None,
+    preload: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Preload ``count`` tasks, then time ``kind`` workers (or whatever ``start`` spawns) draining them."""
-    ids = ctx.preload(queue, count)
+    """Preload ``count`` tasks (``preload``: what they carry), then time ``kind`` workers
+    (or whatever ``start`` spawns) draining them."""
+    ids = ctx.preload(queue, count, **(preload or {}))
     with ctx.stack.connect() as pg:
         pg.execute("ANALYZE tf_task")
     ctx.begin_measure()
@@ -110,6 +117,18 @@ def w3d(ctx: Context, run: int) -> None:
     ctx.figures.add("W3D", "drain tasks/s incl. worker start (defaults)", result["rate_from_spawn"])
     ctx.figures.add("W3D", "API CPU per task (defaults)", result["api_cpu_ms_per_task"])
     ctx.figures.add("W3D", "worker CPU per task (defaults)", result["worker_cpu_ms_per_task"])
+
+
+def w3k(ctx: Context, run: int) -> None:
+    """W3 with the reference worker run on ``bench.app_tasks``: the same no-op, looked up by kind."""
+    ctx.stack.reset_state()
+    queue_id = ctx.extra["queue_ids"]["bench_w3"]
+    result = _drain(ctx, "W3K", "bench_w3", queue_id, ctx.cfg.w3_tasks, "tasks", preload=APP_TASK)
+    ctx.figures.add("W3K", TASKS_RATE, result["rate"])
+    ctx.figures.add("W3K", "worker CPU per task (@app.task)", result["worker_cpu_ms_per_task"])
+    w3_rates = ctx.extra.get("w3_rates", [])
+    if run < len(w3_rates):
+        ctx.figures.add("W3K", "W3K / W3", result["rate"] / w3_rates[run])
 
 
 def w3b(ctx: Context, run: int) -> None:
@@ -218,6 +237,9 @@ def define(ctx: Context) -> None:
     f.define("W3D", "drain tasks/s incl. worker start (defaults)", "tasks/s")
     f.define("W3D", "API CPU per task (defaults)", "ms")
     f.define("W3D", "worker CPU per task (defaults)", "ms", note="incl. start-up and its default INFO log lines")
+    f.define("W3K", TASKS_RATE, "tasks/s", note="W3's flags, tasks by kind through bench.app_tasks")
+    f.define("W3K", "worker CPU per task (@app.task)", "ms")
+    f.define("W3K", "W3K / W3", "x", (">=", 0.9))
     f.define("W3b", "end-to-end tasks/s", "tasks/s", (">=", 3000))
     f.define("W3b", "producer tasks/s (while draining)", "tasks/s")
     f.define("W6", "drain tasks/s over finished history", "tasks/s", note=f"{history} finished tasks present")

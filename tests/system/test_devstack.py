@@ -12,81 +12,20 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 import time
 import uuid
-from collections.abc import Iterator
-from dataclasses import dataclass
-from pathlib import Path
 
 import httpx
 import pytest
-from django.conf import settings
 
 from queues.apikeys import create_key
 from taskforge.dev import launcher
-from tests import live
+from tests.system.devstack import DevStack, state
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
-BOOT_SECONDS = 120  # migrate, collectstatic, ensure_admin and every child, on a busy machine
 HEALTHY_AGAIN_SECONDS = 5
 BACK_AGAIN_SECONDS = 10
-
-
-@dataclass
-class DevStack:
-    process: subprocess.Popen[bytes]
-    url: str
-    log: Path
-
-    def output(self) -> str:
-        return self.log.read_text(errors="replace")[-6000:]
-
-    def child(self, marker: str) -> int | None:
-        """The pid of ``make run``'s running child whose command line contains ``marker``."""
-        for pid in launcher.child_pids(self.process.pid):
-            try:
-                argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-            except OSError:
-                continue
-            if marker.encode() in argv and _state(pid) not in (None, "Z", "X"):
-                return pid
-        return None
-
-
-def _state(pid: int) -> str | None:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return None
-
-
-@pytest.fixture
-def devstack(tmp_path: Path) -> Iterator[DevStack]:
-    port = launcher.free_port()
-    env = {
-        **os.environ,
-        "DATABASE_URL": live.test_database_url(),
-        "REDIS_URL": settings.REDIS_URL,
-        "DJANGO_SECRET_KEY": "test-only-not-secret",
-        "TASKFORGE_HOME": str(tmp_path / "home"),
-        "TASKFORGE_DB_POOL_SIZE": "4",
-        "HOST": "127.0.0.1",
-        "PORT": str(port),
-        "WEB_CONCURRENCY": "1",
-        "WORKERS": "0",
-    }
-    log = tmp_path / "devstack.log"
-    # Its own group: the test's SIGTERM reaches make run the way a terminal's Ctrl-C would.
-    process = launcher.spawn([sys.executable, "-m", "taskforge.dev.devstack"], env, log=log, own_group=True)
-    stack = DevStack(process, f"http://127.0.0.1:{port}", log)
-    try:
-        launcher.wait_ready(stack.url, timeout=BOOT_SECONDS, process=process, output=stack.output)
-        yield stack
-    finally:
-        launcher.terminate(process, grace=30, group=True)
 
 
 def _healthy_by(url: str, deadline: float) -> bool:
@@ -117,7 +56,7 @@ def _kill_and_expect_recovery(stack: DevStack, marker: str) -> None:
         f"/healthz did not answer within {HEALTHY_AGAIN_SECONDS} s of killing {marker}:\n{stack.output()}"
     )
     assert stack.process.poll() is None, f"make run exited with {stack.process.returncode}:\n{stack.output()}"
-    assert _state(new_pid) not in (None, "Z", "X"), f"the new {marker} ({new_pid}) is not running"
+    assert state(new_pid) not in (None, "Z", "X"), f"the new {marker} ({new_pid}) is not running"
 
 
 def test_a_killed_api_server_and_dispatcher_come_back_and_the_stack_still_works(devstack: DevStack) -> None:
