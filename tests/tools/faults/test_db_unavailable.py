@@ -28,6 +28,9 @@ def test_when_every_pooled_connection_dies_the_next_checkout_gets_a_fresh_one():
     """A Postgres restart kills every pooled connection at once: the next query
     must not wade through the dead ones (with backoff) past the pool's timeout."""
     size = settings.DATABASES["default"]["OPTIONS"]["pool"]["max_size"]
+    # This thread holds one connection throughout (whatever earlier tests left open or closed),
+    # so the others fill the pool with size - 1 connections of their own.
+    connection.ensure_connection()
     opened = threading.Barrier(size - 1)
 
     def hold_a_connection() -> None:  # fill the pool: every thread takes its own

@@ -41,3 +41,13 @@ async def add_async(a: int, b: int) -> int:
 @app.task(queue="reports")
 def fan_out(n: int) -> list[str]:
     return [send_welcome.enqueue(str(i)).id for i in range(n)]
+
+
+@app.task(queue="reports")
+def quiet(n: int) -> None:
+    calls.append(("quiet", n))
+
+
+@app.task(queue="reports")
+def falsy() -> int:
+    return 0

@@ -25,7 +25,17 @@ from taskforge_client import (
 )
 from taskforge_client.testing import LocalTasks, run_in_process
 from tests.unit.client import tasks_app
-from tests.unit.client.tasks_app import add_async, again_later, app, fan_out, flaky, refuse, send_welcome
+from tests.unit.client.tasks_app import (
+    add_async,
+    again_later,
+    app,
+    falsy,
+    fan_out,
+    flaky,
+    quiet,
+    refuse,
+    send_welcome,
+)
 
 
 @pytest.fixture
@@ -165,6 +175,15 @@ def test_eager_mode_runs_the_task_at_enqueue(taskforge_eager: LocalTasks):
     assert handle.result() == {"user_id": "abc123", "template": "welcome"}
     assert tasks_app.calls == [("send_welcome", 1)]
     assert taskforge_eager.tasks[handle.id]["kind"] == "emails.send_welcome"
+
+
+def test_a_function_returning_none_is_acked_without_a_result_and_reads_back_none(taskforge_eager):
+    handle = quiet.enqueue(7)
+    assert handle.result() is None and taskforge_eager.tasks[handle.id]["result"] is None
+    assert tasks_app.calls == [("quiet", 7)]
+    # Any other value, a falsy one included, is kept as the return value.
+    zero = falsy.enqueue()
+    assert zero.result() == 0 and taskforge_eager.tasks[zero.id]["result"] == {"return_value": 0}
 
 
 def test_failed_attempts_are_retried_up_to_max_retries_then_dead(taskforge_eager):
