@@ -75,6 +75,22 @@ class NackItemSerializer(LeaseItemSerializer):
     retry_after_seconds = StrictIntegerField(
         min_value=0, max_value=MAX_RETRY_AFTER_SECONDS, required=False, allow_null=True, default=None
     )
+    # The worker never started the task (it held it prefetched, or took it while shutting down):
+    # hand it back without using up the attempt its claim counted.
+    release = StrictBooleanField(
+        required=False,
+        default=False,
+        help_text="True: the worker never started the task (held it prefetched, or took it while shutting down). "
+        "It is put back (retry, due at once or after retry_after_seconds) and the attempt its claim counted is "
+        "given back, so handing it back never sends it to the dead-letter queue. Not with retry: false.",
+    )
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        if attrs.get("release") and attrs.get("retry") is False:
+            raise serializers.ValidationError(
+                {"release": ["A released task is retried: release cannot be combined with retry: false."]}
+            )
+        return attrs
 
 
 class NackSerializer(WorkerIdentity, NackItemSerializer):

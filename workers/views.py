@@ -116,6 +116,7 @@ def nack_one(read_body: ReadBody) -> Answer:
         lease_token=fields["lease_token"],
         retry=fields["retry"],
         retry_after_seconds=fields["retry_after_seconds"],
+        release=fields["release"],
     )
     return 200, _task(row)
 
@@ -183,7 +184,9 @@ class NackBatchView(APIView):
         fields = _validated(NackBatchSerializer, request.data)
         registry.seen(fields["worker_id"])
         items = [
-            lifecycle.NackItem(i["task_id"], i["error"], i["lease_token"], i["retry"], i["retry_after_seconds"])
+            lifecycle.NackItem(
+                i["task_id"], i["error"], i["lease_token"], i["retry"], i["retry_after_seconds"], i["release"]
+            )
             for i in fields["items"]
         ]
         outcomes = lifecycle.nack_many(fields["worker_id"], items)

@@ -38,16 +38,25 @@ def retry_or_dead(
 
 
 def failed_attempt_outcome(
-    row: Mapping[str, Any], *, wants_retry: bool = True, retry_after_seconds: int | None = None
+    row: Mapping[str, Any],
+    *,
+    wants_retry: bool = True,
+    retry_after_seconds: int | None = None,
+    release: bool = False,
 ) -> tuple[Status, int]:
     """The outcome of a failed attempt (nack or lease expiry) and its retry delay in milliseconds.
 
     A task whose cancel was requested (``cancel_requested``) is cancelled: the
     producer asked it to stop, so it is neither retried nor sent to the DLQ.
+    A released task (``release``: the worker never started it) is retried at
+    once, or after ``retry_after_seconds``, whatever its attempts: the claim's
+    attempt is given back (``statements.FAIL``), so it was no attempt at all.
     Otherwise :func:`retry_or_dead` decides.
     """
     if row.get("cancel_requested"):
         return Status.CANCELLED, 0
+    if release:
+        return Status.RETRY, (retry_after_seconds or 0) * 1000
     return retry_or_dead(row, wants_retry=wants_retry, retry_after_seconds=retry_after_seconds)
 
 

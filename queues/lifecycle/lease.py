@@ -151,27 +151,32 @@ class NackItem:
     lease_token: str | None = None
     retry: bool = True
     retry_after_seconds: int | None = None
+    # Never started: put back without using up an attempt (see decide.failed_attempt_outcome).
+    release: bool = False
 
 
 def _failure_params(locked: list[Row], wants: Mapping[uuid.UUID, NackItem] | None) -> dict[str, list[Any]]:
-    """``FAIL``'s column arrays: per locked row, retry (with its delay), dead or cancelled, and its error."""
+    """``FAIL``'s column arrays: per locked row, retry (with its delay), dead or cancelled, its error,
+    and whether it is released (its attempt given back)."""
     ids: list[uuid.UUID] = []
     outcomes: list[str] = []
     delays: list[int] = []
     errors: list[str | None] = []
+    released: list[bool] = []
     for row in locked:
         item = wants[row["id"]] if wants else None
         if item is None:
             outcome, delay = failed_attempt_outcome(row)
         else:
             outcome, delay = failed_attempt_outcome(
-                row, wants_retry=item.retry, retry_after_seconds=item.retry_after_seconds
+                row, wants_retry=item.retry, retry_after_seconds=item.retry_after_seconds, release=item.release
             )
         ids.append(row["id"])
         outcomes.append(str(outcome))
         delays.append(delay)
         errors.append(item.error if item else None)
-    return {"ids": ids, "outcomes": outcomes, "delays_ms": delays, "errors": errors}
+        released.append(bool(item and item.release and outcome == Status.RETRY))
+    return {"ids": ids, "outcomes": outcomes, "delays_ms": delays, "errors": errors, "released": released}
 
 
 def nack_many(worker_id: str, items: Sequence[NackItem]) -> list[Row | DomainErrorT]:
@@ -212,8 +217,9 @@ def nack(
     lease_token: str | None = None,
     retry: bool = True,
     retry_after_seconds: int | None = None,
+    release: bool = False,
 ) -> Row:
-    (outcome,) = nack_many(worker_id, [NackItem(task_id, error, lease_token, retry, retry_after_seconds)])
+    (outcome,) = nack_many(worker_id, [NackItem(task_id, error, lease_token, retry, retry_after_seconds, release)])
     if isinstance(outcome, Exception):
         raise outcome
     return outcome

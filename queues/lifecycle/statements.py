@@ -240,15 +240,19 @@ SELECT id, claimed_by FROM tf_task WHERE id = ANY(%(task_ids)s)
 FAIL = f"""
 WITH d AS (
     SELECT * FROM unnest(%(ids)s::uuid[], %(outcomes)s::text[], %(delays_ms)s::bigint[],
-                         %(errors)s::text[])
-        AS d(id, outcome, delay_ms, error)
+                         %(errors)s::text[], %(released)s::boolean[])
+        AS d(id, outcome, delay_ms, error, released)
 ), old AS (
     SELECT t.id, t.status AS from_status, t.status_changed_at AS from_changed_at
     FROM tf_task t JOIN d ON d.id = t.id
     WHERE t.status IN ('claimed', 'executing')
 ), moved AS (
+    -- A released task (a worker handing back one it never started) gets back the attempt
+    -- its claim counted and keeps the last error of a real attempt.
     UPDATE tf_task t
-    SET status = d.outcome, last_error = d.error, updated_at = now(), status_changed_at = now(),
+    SET status = d.outcome, updated_at = now(), status_changed_at = now(),
+        last_error = CASE WHEN d.released THEN t.last_error ELSE d.error END,
+        attempts = t.attempts - CASE WHEN d.released THEN 1 ELSE 0 END,
         lease_expires_at = NULL, finished_at = CASE WHEN d.outcome = 'cancelled' THEN now() ELSE t.finished_at END,
         scheduled_at = CASE WHEN d.outcome = 'retry'
                             THEN now() + d.delay_ms * interval '1 millisecond'
@@ -256,7 +260,7 @@ WITH d AS (
     FROM d JOIN old ON old.id = d.id
     WHERE t.id = d.id
     RETURNING {_TASK_COLUMNS}, old.from_status, old.from_changed_at,
-              %(event_worker)s::text AS event_worker, d.error AS event_detail
+              %(event_worker)s::text AS event_worker, d.error AS event_detail, d.released
 ), dead AS (
     INSERT INTO tf_dead_letter (id, queue_id, payload, last_error, attempts, died_at, replay_count)
     SELECT m.id, m.queue_id, m.payload, m.last_error, m.attempts, now(), 0

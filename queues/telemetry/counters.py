@@ -82,7 +82,8 @@ def completion_status(row: dict[str, Any]) -> str | None:
 
     Only finished attempts (ack, nack, lease expiry) and cancels count: a
     lease expiry is ``expired`` whether the task goes on to ``retry`` or
-    ``dead``, a nack is ``failed`` when the task will be retried.
+    ``dead``, a nack is ``failed`` when the task will be retried, and a
+    released task (handed back by a worker that never started it) is none.
     """
     to_status, from_status = row["status"], row["from_status"]
     if to_status == "cancelled":
@@ -91,6 +92,8 @@ def completion_status(row: dict[str, Any]) -> str | None:
         return None
     if row.get("expired"):
         return "expired"
+    if row.get("released"):  # handed back unstarted: no attempt finished
+        return None
     return {"done": "done", "dead": "dead", "retry": "failed"}.get(to_status)
 
 

@@ -270,8 +270,11 @@ class TaskForgeClient:
         *,
         retry: bool = True,
         retry_after_seconds: int | None = None,
+        release: bool = False,
     ) -> Json:
-        body = {
+        """Fail an attempt. ``release``: the task was never started; it is put back without
+        using up an attempt (a worker handing back what it prefetched)."""
+        body: dict[str, Any] = {
             "worker_id": worker_id,
             "task_id": str(task_id),
             "lease_token": lease_token,
@@ -279,6 +282,8 @@ class TaskForgeClient:
             "retry": retry,
             "retry_after_seconds": retry_after_seconds,
         }
+        if release:
+            body["release"] = True
         answer: Json = self._request("POST", "/workers/nack", json=body)
         return answer
 
@@ -292,7 +297,8 @@ class TaskForgeClient:
     def nack_batch(
         self, worker_id: str, items: Iterable[Mapping[str, Any]], *, timeout: float | None = None
     ) -> list[Json]:
-        """Nack 1-100 tasks: items ``{"task_id", "lease_token", "error", "retry", "retry_after_seconds"}``.
+        """Nack 1-100 tasks: items ``{"task_id", "lease_token", "error", "retry", "retry_after_seconds"}``
+        (and ``"release": true`` for a task never started).
         ``timeout`` overrides the client's for this call (a worker handing tasks back at shutdown)."""
         body = {"worker_id": worker_id, "items": [_item(item) for item in items]}
         answers: list[Json] = self._request("POST", "/workers/nack/batch", json=body, timeout=timeout)["results"]

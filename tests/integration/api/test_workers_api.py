@@ -10,6 +10,7 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
+from queues import lifecycle
 from queues.models import DeadLetterTask, Status, Task, TaskEvent
 from tests.factories import QueueFactory, TaskFactory
 from tests.integration.api.support import assert_error, claim, counts, enqueue, post
@@ -293,6 +294,42 @@ def test_nack_when_attempts_are_used_up_wins_over_retry_after(producer, worker, 
     assert DeadLetterTask.objects.filter(pk=task["id"]).exists()
 
 
+def test_a_released_task_is_retried_and_gets_its_attempt_back(producer, worker, queue):
+    task = leased(worker, producer, max_retries=0)  # its only attempt: a failed one would be dead
+    body = post(
+        worker,
+        "/workers/nack",
+        {"worker_id": "w-1", "task_id": task["id"], "error": "worker shutting down", "release": True},
+    ).json()
+    assert (body["status"], body["attempts"], body["last_error"]) == ("retry", 0, None)
+    assert ts(body["scheduled_at"]) <= ts(body["updated_at"])  # due at once
+    assert not DeadLetterTask.objects.exists()
+    event = TaskEvent.objects.filter(task_id=task["id"]).latest("at")
+    assert (event.from_status, event.to_status, event.detail) == ("claimed", "retry", "worker shutting down")
+    # The next claim is its first attempt again, and failing that one is final.
+    lifecycle.promote_due()  # the scheduler's move: due at once
+    (again,) = claim(worker, "w-1", queue="email_jobs")
+    assert again["attempts"] == 1
+    body = post(worker, "/workers/nack", {"worker_id": "w-1", "task_id": again["id"], "error": "boom"}).json()
+    assert (body["status"], body["attempts"]) == ("dead", 1)
+
+
+def test_a_release_in_a_batch_keeps_the_last_real_error(producer, worker, queue):
+    task = leased(worker, producer)
+    post(
+        worker,
+        "/workers/nack",
+        {"worker_id": "w-1", "task_id": task["id"], "error": "first try failed", "retry_after_seconds": 0},
+    )
+    lifecycle.promote_due()
+    (again,) = claim(worker, "w-1", queue="email_jobs")
+    items = [{"task_id": again["id"], "lease_token": again["lease_token"], "error": "handed back", "release": True}]
+    [result] = post(worker, "/workers/nack/batch", {"worker_id": "w-1", "items": items}).json()["results"]
+    assert result["status"] == "retry"
+    stored = Task.objects.get(pk=task["id"])
+    assert (stored.attempts, stored.last_error) == (1, "first try failed")
+
+
 def test_nack_error_may_be_long(producer, worker, queue):
     task = leased(worker, producer)
     error = "e" * 65536
@@ -318,6 +355,8 @@ def test_nack_unknown_task_is_404(worker, queue):
         ({"task_id": "nope"}, "task_id"),
         ({"task_id": 12}, "task_id"),
         ({"worker_id": ""}, "worker_id"),
+        ({"release": "true"}, "release"),
+        ({"release": True, "retry": False}, "release"),
     ],
 )
 def test_nack_validation(producer, worker, queue, change, field):

@@ -64,6 +64,7 @@ PARAMS = {
     "outcomes": ["retry"],
     "delays_ms": [1000],
     "errors": ["boom"],
+    "released": [False],
     "event_worker": "worker-1",
     # operators and loops
     "horizon": 0.5,

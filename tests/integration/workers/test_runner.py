@@ -215,6 +215,37 @@ def test_sigterm_acks_the_running_task_and_hands_back_the_rest(taskforge):
     assert worker.events("worker.stop")[0]["exit_code"] == 0
 
 
+def test_tasks_held_but_never_started_are_handed_back_without_using_up_an_attempt(taskforge):
+    """With ``max_retries`` 0 a task has one attempt: one the worker only held must not spend it."""
+    QueueFactory(name="once", max_retries=0)
+    producer = taskforge.client("producer")
+    # Quick tasks first: once the worker knows their pace it prefetches beyond its one slot.
+    quick = [producer.enqueue("once", {"sleep_ms": 10}, priority=1)["id"] for _ in range(5)]
+    running = producer.enqueue("once", {"sleep_ms": 30_000}, priority=2)
+    held = [producer.enqueue("once", {"sleep_ms": 10}, priority=5)["id"] for _ in range(3)]
+    worker = taskforge.start_worker(
+        "--queue", "once", "--concurrency", "1", "--grace-seconds", "1", "--log-level", "DEBUG",
+        worker_id="w-holder", handler="taskforge_client.demo:handle",
+    )  # fmt: skip
+    wait_for(lambda: len(worker.events("task.start")) == len(quick) + 1, what="the slow task running")
+    wait_for(
+        lambda: all(producer.get_task("once", task_id)["status"] == "claimed" for task_id in held),
+        what="the other tasks prefetched by the worker",
+    )
+    worker.process.send_signal(signal.SIGTERM)
+    assert worker.process.wait(15) == 0
+
+    for task_id in held:
+        task = producer.get_task("once", task_id)
+        assert task["status"] in ("retry", "pending") and task["attempts"] == 0, task
+        assert task["last_error"] is None  # no attempt failed: nothing to report
+        # Held tasks get heartbeats (their leases must live), so they may be ``executing`` by then.
+        assert transitions(task)[-1][:2] in (("claimed", "retry"), ("executing", "retry"))
+    # The one that ran and was cut off at the end of the grace period used its only attempt.
+    cut_off = producer.get_task("once", running["id"])
+    assert (cut_off["status"], cut_off["attempts"], cut_off["last_error"]) == ("dead", 1, "worker shutting down")
+
+
 @pytest.mark.loops("run_scheduler")
 def test_handler_retry_after_delays_the_next_attempt(taskforge):
     QueueFactory(name="jobs", retry_base_ms=100, retry_max_delay_ms=200)

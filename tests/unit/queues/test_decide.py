@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from queues.lifecycle.decide import is_repeated_ack, lease_expired_error, retry_or_dead
+from queues.lifecycle.decide import failed_attempt_outcome, is_repeated_ack, lease_expired_error, retry_or_dead
 from queues.models import Status
 
 
@@ -31,6 +31,18 @@ def test_a_worker_that_refuses_the_retry_makes_it_dead_even_with_attempts_left()
     assert retry_or_dead(locked(1, max_retries=10), wants_retry=False) == (Status.DEAD, 0)
     # retry=false wins over a requested delay.
     assert retry_or_dead(locked(1), wants_retry=False, retry_after_seconds=30) == (Status.DEAD, 0)
+
+
+@pytest.mark.parametrize(("attempts", "max_retries"), [(1, 0), (4, 3)])
+def test_a_released_task_is_retried_even_on_its_last_attempt(attempts, max_retries):
+    # Its claim's attempt is given back: it was never started, so it was no attempt.
+    assert failed_attempt_outcome(locked(attempts, max_retries=max_retries), release=True) == (Status.RETRY, 0)
+    assert failed_attempt_outcome(locked(attempts), release=True, retry_after_seconds=5) == (Status.RETRY, 5000)
+
+
+def test_a_cancel_request_wins_over_a_release():
+    row = {**locked(1, max_retries=0), "cancel_requested": True}
+    assert failed_attempt_outcome(row, release=True) == (Status.CANCELLED, 0)
 
 
 @pytest.mark.parametrize("seconds", [0, 1, 90, 86_400])

@@ -90,9 +90,12 @@ class Completer:
                 if same:
                     self._report_safely(same)
 
-    def give_back(self, flights: list[Flight], until: float | None = None) -> None:
+    def give_back(self, flights: list[Flight], until: float | None = None, *, started: bool) -> None:
         """Nack tasks this worker will not finish, to be retried at once by another worker.
 
+        Tasks never ``started`` are released: the server gives back the attempt their
+        claim counted, so a task with ``max_retries`` 0 still gets its one run elsewhere.
+        Tasks that ran and were cut off used their attempt, as any failed one.
         ``until`` (monotonic) bounds the calls: the shutdown must end before the
         orchestrator's kill, and an unreturned task is only late (its lease expires).
         """
@@ -103,7 +106,10 @@ class Completer:
                 self.log(logging.ERROR, "shutdown.nack_error", "no time left to hand tasks back", count=len(chunk))
                 return
             items = [
-                Outcome(f, ack=False, error=SHUTDOWN_ERROR, retry=True, retry_after_seconds=0).item() for f in chunk
+                Outcome(
+                    f, ack=False, error=SHUTDOWN_ERROR, retry=True, retry_after_seconds=0, release=not started
+                ).item()
+                for f in chunk
             ]
             try:
                 results = self.client.nack_batch(self.worker_id, items, timeout=left)

@@ -56,18 +56,23 @@ class Outcome:
     error: str = ""
     retry: bool = True
     retry_after_seconds: int | None = None
+    # Handed back without ever starting: the server gives back the attempt its claim counted.
+    release: bool = False
 
     def item(self) -> dict[str, Any]:
         job = self.flight.job
         if self.ack:
             return {"task_id": job.id, "lease_token": job.lease_token, "result": self.result}
-        return {
+        item: dict[str, Any] = {
             "task_id": job.id,
             "lease_token": job.lease_token,
             "error": self.error,
             "retry": self.retry,
             "retry_after_seconds": self.retry_after_seconds,
         }
+        if self.release:
+            item["release"] = True
+        return item
 
 
 def cancelled_outcome(flight: Flight) -> Outcome:

@@ -200,7 +200,7 @@ class Runner:
             flights = self._flights(tasks)
             if self.stopping.is_set():
                 # Claimed while the signal arrived: hand them straight back.
-                self.completer.give_back(flights, self._handback_deadline())
+                self.completer.give_back(flights, self._handback_deadline(), started=False)
                 return
             for flight in flights:
                 self.flights.add(flight)
@@ -281,9 +281,9 @@ class Runner:
         # A claim in flight when the signal came may have used some of the grace period.
         deadline = (self._stop_requested or time.monotonic()) + self.config.grace_seconds
         end = self._handback_deadline()
-        self.completer.give_back(self.flights.abandon_waiting(), end)
+        self.completer.give_back(self.flights.abandon_waiting(), end, started=False)
         self.flights.wait_until_empty(deadline, self._hurry, TICK_SECONDS)
-        self.completer.give_back(self.flights.abandon_running(), end)
+        self.completer.give_back(self.flights.abandon_running(), end, started=True)
         # Outcomes already handed to the completer: their acks get what is left of the bounded moment.
         self.flights.wait_until_empty(end, threading.Event(), TICK_SECONDS)
 
