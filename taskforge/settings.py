@@ -192,6 +192,8 @@ TASKFORGE_MAX_PAYLOAD_BYTES = env_int("TASKFORGE_MAX_PAYLOAD_BYTES", 1_048_576, 
 TASKFORGE_BODY_TIMEOUT_SECONDS = env_int("TASKFORGE_BODY_TIMEOUT_SECONDS", 30, minimum=1, maximum=3600)
 # At least a day: 0 would prune every finished task (and its history) the moment it finishes.
 TASKFORGE_RETENTION_DAYS = env_int("TASKFORGE_RETENTION_DAYS", 7, minimum=1, maximum=3650)
+# Heartbeats, acks and nacks must name their lease (the contract makes it optional).
+TASKFORGE_REQUIRE_LEASE_TOKEN = env_bool("TASKFORGE_REQUIRE_LEASE_TOKEN", False)
 TASKFORGE_METRICS_TOKEN = env_optional("TASKFORGE_METRICS_TOKEN")
 # Opt-in: also count tasks by kind on /metrics. Kinds are producers' strings, so
 # the number of series grows with the number of kinds they use.

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import orjson
+from django.conf import settings
 from rest_framework import serializers
 
 from taskforge.http.fields import (
@@ -50,6 +51,16 @@ class LeaseItemSerializer(StrictSerializer):
             raise serializers.ValidationError({"task_id": ["Must be a UUID string."]})
         return super().to_internal_value(data)
 
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        # The contract lets a call name no lease (the worker id alone then owns it); a deployment
+        # whose workers all send tokens can insist, so two processes sharing a worker id cannot
+        # both have their calls accepted.
+        if settings.TASKFORGE_REQUIRE_LEASE_TOKEN and attrs.get("lease_token") is None:
+            raise serializers.ValidationError(
+                {"lease_token": ["Required here (TASKFORGE_REQUIRE_LEASE_TOKEN): send the claim's lease_token."]}
+            )
+        return attrs
+
 
 class HeartbeatSerializer(WorkerIdentity, LeaseItemSerializer):
     # The latest progress becomes the task's ``progress``; null or absent keeps the last one.
@@ -86,6 +97,7 @@ class NackItemSerializer(LeaseItemSerializer):
     )
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        attrs = super().validate(attrs)
         if attrs.get("release") and attrs.get("retry") is False:
             raise serializers.ValidationError(
                 {"release": ["A released task is retried: release cannot be combined with retry: false."]}

@@ -330,6 +330,31 @@ def test_a_release_in_a_batch_keeps_the_last_real_error(producer, worker, queue)
     assert (stored.attempts, stored.last_error) == (1, "first try failed")
 
 
+@pytest.mark.parametrize("path", ["/workers/heartbeat", "/workers/ack", "/workers/nack"])
+def test_with_lease_tokens_required_a_call_without_one_is_400_and_changes_nothing(
+    producer, worker, queue, settings, path
+):
+    settings.TASKFORGE_REQUIRE_LEASE_TOKEN = True
+    task = leased(worker, producer)
+    body = {"worker_id": "w-1", "task_id": task["id"], "error": "x"} if path.endswith("nack") else {
+        "worker_id": "w-1", "task_id": task["id"]}  # fmt: skip
+    for missing in ({}, {"lease_token": None}):
+        assert_error(post(worker, path, {**body, **missing}), 400, "validation_error", fields=["lease_token"])
+    assert Task.objects.get(pk=task["id"]).status == Status.CLAIMED
+    assert post(worker, path, {**body, "lease_token": task["lease_token"]}).status_code == 200
+
+
+def test_with_lease_tokens_required_each_batch_item_needs_one(producer, worker, queue, settings):
+    settings.TASKFORGE_REQUIRE_LEASE_TOKEN = True
+    task = leased(worker, producer)
+    items = [{"task_id": task["id"]}]
+    assert_error(post(worker, "/workers/ack/batch", {"worker_id": "w-1", "items": items}), 400, "validation_error")
+    assert Task.objects.get(pk=task["id"]).status == Status.CLAIMED
+    items = [{"task_id": task["id"], "lease_token": task["lease_token"]}]
+    [result] = post(worker, "/workers/ack/batch", {"worker_id": "w-1", "items": items}).json()["results"]
+    assert result["status"] == "done"
+
+
 def test_nack_error_may_be_long(producer, worker, queue):
     task = leased(worker, producer)
     error = "e" * 65536
