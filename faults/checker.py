@@ -37,6 +37,15 @@ import psycopg
 
 LEASED = ("claimed", "executing")
 TERMINAL = ("done", "dead")
+# How the history marks a task a worker handed back unstarted (nack with release: true): its
+# attempt was given back, so that move is no failed attempt (queues.lifecycle.decide).
+RELEASED_DETAIL_PREFIX = "released: "
+
+
+def _released(detail: str | None) -> bool:
+    return bool(detail) and str(detail).startswith(RELEASED_DETAIL_PREFIX)
+
+
 # now() is the transaction's start; logs and Postgres share the machine clock. Slack for both.
 TOLERANCE_SECONDS = 0.05
 MAX_EXAMPLES = 5
@@ -183,7 +192,9 @@ def check_queue(
         if status in TERMINAL and len(terminals) != 1:
             result.fail("one terminal transition", f"task {task_id} has {len(terminals)} terminal transitions")
         failed_attempts = sum(
-            1 for e in events[task_id] if e[1] == "transition" and e[3] in LEASED and e[4] in ("retry", "dead")
+            1
+            for e in events[task_id]
+            if e[1] == "transition" and e[3] in LEASED and e[4] in ("retry", "dead") and not _released(e[6])
         )
         if status == "dead" and (failed_attempts != 1 + max_retries or attempts != 1 + max_retries):
             result.fail(

@@ -14,6 +14,10 @@ from typing import Any
 from queues.backoff import backoff_ms
 from queues.models import Status
 
+# The history detail of a released task (handed back unstarted, its attempt given back)
+# starts with this, so the history tells a hand-back from a failed attempt.
+RELEASED_DETAIL_PREFIX = "released: "
+
 
 def retry_or_dead(
     row: Mapping[str, Any], *, wants_retry: bool = True, retry_after_seconds: int | None = None

@@ -19,7 +19,7 @@ same statement, so the history can never disagree with the task.
 
 from __future__ import annotations
 
-from queues.lifecycle import bulk_statements, cancel_statements
+from queues.lifecycle import bulk_statements, cancel_statements, decide
 
 # The columns every statement returns for a task (tf_task has no others).
 _TASK_COLUMNS = """
@@ -260,7 +260,9 @@ WITH d AS (
     FROM d JOIN old ON old.id = d.id
     WHERE t.id = d.id
     RETURNING {_TASK_COLUMNS}, old.from_status, old.from_changed_at,
-              %(event_worker)s::text AS event_worker, d.error AS event_detail, d.released
+              %(event_worker)s::text AS event_worker,
+              CASE WHEN d.released THEN '{decide.RELEASED_DETAIL_PREFIX}' || d.error ELSE d.error END AS event_detail,
+              d.released
 ), dead AS (
     INSERT INTO tf_dead_letter (id, queue_id, payload, last_error, attempts, died_at, replay_count)
     SELECT m.id, m.queue_id, m.payload, m.last_error, m.attempts, now(), 0

@@ -305,7 +305,7 @@ def test_a_released_task_is_retried_and_gets_its_attempt_back(producer, worker, 
     assert ts(body["scheduled_at"]) <= ts(body["updated_at"])  # due at once
     assert not DeadLetterTask.objects.exists()
     event = TaskEvent.objects.filter(task_id=task["id"]).latest("at")
-    assert (event.from_status, event.to_status, event.detail) == ("claimed", "retry", "worker shutting down")
+    assert (event.from_status, event.to_status, event.detail) == ("claimed", "retry", "released: worker shutting down")
     # The next claim is its first attempt again, and failing that one is final.
     lifecycle.promote_due()  # the scheduler's move: due at once
     (again,) = claim(worker, "w-1", queue="email_jobs")

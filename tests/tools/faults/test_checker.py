@@ -10,6 +10,7 @@ import pytest
 from django.utils import timezone
 
 from faults import checker
+from queues.lifecycle import decide
 from queues.models import Status, TaskEvent
 from tests import live
 from tests.factories import QueueFactory, TaskFactory
@@ -31,8 +32,8 @@ def _task(queue, *, status=Status.DONE, worker="w-1", lease="L1", attempts=1, ma
     )
     TaskEvent.objects.bulk_create(
         TaskEvent(task_id=task.id, queue_id=queue.id, kind=kind, at=T0 + timedelta(seconds=at), from_status=src,
-                  to_status=dst, worker_id=who)
-        for kind, at, src, dst, who in events
+                  to_status=dst, worker_id=who, detail=detail[0] if detail else None)
+        for kind, at, src, dst, who, *detail in events
     )  # fmt: skip
     return str(task.id)
 
@@ -140,6 +141,28 @@ def test_dead_with_the_wrong_number_of_attempts_and_two_terminals_are_flagged(tm
     result = _check(queue, {task: True}, tmp_path)
     assert "dead after exactly 1 + max_retries attempts" in result.violations
     assert "one terminal transition" in result.violations
+
+
+@pytest.mark.parametrize("released", [True, False])
+def test_a_released_hand_back_is_no_failed_attempt(tmp_path, released):
+    queue = QueueFactory(name=f"released_{released}".lower())
+    detail = f"{checker.RELEASED_DETAIL_PREFIX if released else ''}worker shutting down"
+    events = [
+        ("transition", 0, None, "pending", None),
+        ("transition", 1, "pending", "claimed", "w-1"),
+        ("transition", 2, "claimed", "retry", "w-1", detail),
+        ("transition", 3, "retry", "pending", None),
+        ("transition", 4, "pending", "claimed", "w-2"),
+        ("transition", 5, "claimed", "dead", "w-2", "boom"),
+    ]
+    task = _task(queue, status=Status.DEAD, worker="w-2", attempts=1, max_retries=0, result=False, events=events)
+    result = _check(queue, {task: True}, tmp_path)
+    # Handed back unstarted (its attempt given back): one failed attempt, as max_retries 0 allows.
+    assert ("dead after exactly 1 + max_retries attempts" in result.violations) is not released
+
+
+def test_the_checker_reads_releases_as_the_lifecycle_writes_them():
+    assert checker.RELEASED_DETAIL_PREFIX == decide.RELEASED_DETAIL_PREFIX
 
 
 def test_an_execution_by_a_worker_never_granted_the_task_is_flagged_and_reruns_are_counted(tmp_path):
