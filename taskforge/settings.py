@@ -190,6 +190,8 @@ TASKFORGE_MAX_PAYLOAD_BYTES = env_int("TASKFORGE_MAX_PAYLOAD_BYTES", 1_048_576, 
 # A request body must arrive whole within this many seconds (a 400 otherwise): a
 # client trickling its body holds no thread, but it must not hold memory forever.
 TASKFORGE_BODY_TIMEOUT_SECONDS = env_int("TASKFORGE_BODY_TIMEOUT_SECONDS", 30, minimum=1, maximum=3600)
+# Long polls (claims and task reads with wait_seconds) one API key may have waiting in one process.
+TASKFORGE_MAX_LONG_POLLS_PER_KEY = env_int("TASKFORGE_MAX_LONG_POLLS_PER_KEY", 1000, minimum=1, maximum=1_000_000)
 # At least a day: 0 would prune every finished task (and its history) the moment it finishes.
 TASKFORGE_RETENTION_DAYS = env_int("TASKFORGE_RETENTION_DAYS", 7, minimum=1, maximum=3650)
 # Heartbeats, acks and nacks must name their lease (the contract makes it optional).

@@ -41,12 +41,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable, MutableMapping
+import hashlib
+import logging
+import time
+from collections import Counter
+from collections.abc import Awaitable, Callable, Iterator, MutableMapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
 import orjson
 from asgiref.sync import sync_to_async
+from django.conf import settings
 from django.core.handlers.wsgi import WSGIHandler
 from django.db import connection
 from django.http import HttpRequest, HttpResponse, HttpResponseBase
@@ -69,6 +74,11 @@ FIRST, AGAIN, LAST = "first", "again", "last"
 # On an attempt's answer when it found nothing: what to wait for (JSON).
 MUST_WAIT = "X-TaskForge-Must-Wait"
 _MUST_WAIT = MUST_WAIT.lower().encode()
+_AUTHORIZATION = b"authorization"
+# At most one warning a minute per key that hits the cap.
+_CAP_WARNING_SECONDS = 60.0
+
+logger = logging.getLogger("taskforge.longpoll")
 
 
 @dataclass(frozen=True)
@@ -101,10 +111,70 @@ def _waiting_for(raw: str | bytes | None) -> WaitFor | None:
     return None if raw is None else WaitFor(**orjson.loads(raw))
 
 
+# -- the per-key cap ----------------------------------------------------------------
+
+
+class WaitingPolls:
+    """How many polls wait in this process per API key, capped at ``TASKFORGE_MAX_LONG_POLLS_PER_KEY``.
+
+    A waiting poll holds no thread and no connection, but it holds a socket and
+    a little memory, and a runaway client (or a leaked key) could open them by
+    the thousand. Past the cap a poll does not wait: its attempt at once is the
+    last and answers what it finds, as with ``wait_seconds`` 0. Keys are told
+    apart by a digest of the Authorization header (the attempts authenticate
+    it; the cap never needs the database). Only the event loop's thread uses it.
+    """
+
+    def __init__(self) -> None:
+        self.counts: Counter[str] = Counter()
+        self._warned: dict[str, float] = {}
+
+    @contextlib.contextmanager
+    def slot(self, owner: str | None) -> Iterator[bool]:
+        """True (and counted until the block ends) when ``owner`` may wait one more poll."""
+        if owner is None:
+            yield True
+            return
+        if self.counts[owner] >= settings.TASKFORGE_MAX_LONG_POLLS_PER_KEY:
+            self._warn(owner)
+            yield False
+            return
+        self.counts[owner] += 1
+        try:
+            yield True
+        finally:
+            self.counts[owner] -= 1
+            if not self.counts[owner]:
+                del self.counts[owner]
+
+    def _warn(self, owner: str) -> None:
+        now = time.monotonic()
+        if now - self._warned.get(owner, -_CAP_WARNING_SECONDS) >= _CAP_WARNING_SECONDS:
+            self._warned[owner] = now
+            logger.warning(
+                "a key holds %d waiting long polls in this process: further polls answer without waiting",
+                settings.TASKFORGE_MAX_LONG_POLLS_PER_KEY,
+                extra={"event": "longpoll.capped", "key_digest": owner[:12]},
+            )
+
+
+WAITING = WaitingPolls()
+
+
+def poll_owner(authorization: bytes | str | None) -> str | None:
+    """Who a poll counts against: a digest of its Authorization header (None without one)."""
+    if not authorization:
+        return None
+    raw = authorization.encode() if isinstance(authorization, str) else authorization
+    return hashlib.sha256(raw).hexdigest()
+
+
 # -- the wait loop ------------------------------------------------------------------
 
 
-async def long_poll(run_attempt: Attempt, client_left: asyncio.Future[Any] | None = None) -> None:
+async def long_poll(
+    run_attempt: Attempt, client_left: asyncio.Future[Any] | None = None, *, owner: str | None = None
+) -> None:
     """Run attempts until one answers, waiting for the doorbell between them.
 
     1. The first attempt runs unregistered: a claim that finds work never
@@ -118,6 +188,9 @@ async def long_poll(run_attempt: Attempt, client_left: asyncio.Future[Any] | Non
        hub's re-check timer (a safety net for a lost bell), or when the
        client leaves (there is nobody to claim for: no further attempt). The
        attempt at the deadline is the last; it answers whatever it finds.
+
+    ``owner`` (:func:`poll_owner`) counts the poll against its key's cap
+    (:class:`WaitingPolls`): past it, the second attempt is the last.
     """
     loop = asyncio.get_running_loop()
     async with contextlib.AsyncExitStack() as stack:
@@ -132,6 +205,9 @@ async def long_poll(run_attempt: Attempt, client_left: asyncio.Future[Any] | Non
             if wait is None or kind == LAST:
                 return
             if hub is None or waiter is None:
+                if not stack.enter_context(WAITING.slot(owner)):
+                    kind = LAST  # this key waits enough polls here already: answer what there is
+                    continue
                 hub = doorbell.hub()
                 waiter = await stack.enter_async_context(hub.waiter(wait.queue, wait.max_tasks, task_id=wait.task_id))
                 deadline = loop.time() + wait.wait_seconds
@@ -173,7 +249,7 @@ async def lean_long_poll(
 
     left = asyncio.ensure_future(call.receive())  # the only message left to come: http.disconnect
     try:
-        await long_poll(run_attempt, left)
+        await long_poll(run_attempt, left, owner=poll_owner(call.authorization))
     finally:
         left.cancel()
     return answered[-1] if answered else None
@@ -209,9 +285,10 @@ class LongPoll:
         async def run_attempt(kind: str) -> WaitFor | None:
             return await self._attempt({**scope, "headers": [*headers, (_ATTEMPT, kind.encode())]}, body, send)
 
+        owner = poll_owner(next((value for name, value in headers if name == _AUTHORIZATION), None))
         left = asyncio.ensure_future(receive())  # the only other message that can come: http.disconnect
         try:
-            await long_poll(run_attempt, left)
+            await long_poll(run_attempt, left, owner=owner)
         finally:
             left.cancel()
 
@@ -271,7 +348,7 @@ class LongPollView(APIView):
                     _release_connection()  # the wait may be long: the next attempt takes one again
                 return wait
 
-            await long_poll(sync_to_async(run_attempt))
+            await long_poll(sync_to_async(run_attempt), owner=poll_owner(request.META.get("HTTP_AUTHORIZATION")))
             return answered[-1]  # not rendered yet: Django renders it after the view returns
 
         # What DRF's as_view() exposes (the schema generator reads view.cls).

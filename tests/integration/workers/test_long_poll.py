@@ -207,3 +207,41 @@ def test_a_hundred_idle_long_polls_do_not_starve_an_enqueue(live_stack):
     assert [[t["id"] for t in w] for w in winners] == [[created.json()["id"]]]
     # A bell for one task woke one waiter, not the herd: the others slept to the end of their wait.
     assert min(r.elapsed.total_seconds() for r in results if not r.json()["tasks"]) >= 4.5
+
+
+def test_past_the_per_key_cap_a_poll_answers_at_once_and_other_keys_still_wait(worker_key, make_key, queue, settings):
+    settings.TASKFORGE_MAX_LONG_POLLS_PER_KEY = 2
+    first = waiting(Poll(worker_key, queue="email_jobs", wait_seconds=4))
+    second = waiting(Poll(worker_key, queue="email_jobs", wait_seconds=4))
+    third = Poll(worker_key, queue="email_jobs", wait_seconds=4)
+    third.start()
+    assert third.tasks() == [] and third.seconds < 2  # answered as with wait_seconds 0
+    other = Poll(make_key("worker"), queue="email_jobs", wait_seconds=1)
+    other.start()
+    assert other.tasks() == [] and other.seconds >= 0.9  # the cap is per key
+    assert first.tasks() == second.tasks() == []
+    assert min(first.seconds, second.seconds) >= 3.5
+    # Their slots are free again: the key's next poll waits.
+    again = Poll(worker_key, queue="email_jobs", wait_seconds=1)
+    again.start()
+    assert again.tasks() == [] and again.seconds >= 0.9
+
+
+@pytest.mark.slow
+def test_the_per_key_cap_holds_at_the_lean_edge_of_a_real_server(live_stack):
+    QueueFactory(name="capped")
+    _, key = create_key("capped-worker", "worker")
+    url = live_stack.start_api(workers=1, extra_env={"TASKFORGE_MAX_LONG_POLLS_PER_KEY": "2"})
+    body = {"worker_id": "capped", "queue": "capped", "wait_seconds": 3}
+    headers = {"Authorization": f"Bearer {key}"}
+    with httpx.Client(base_url=url, headers=headers, timeout=30) as client, ThreadPoolExecutor(2) as pool:
+        held = [pool.submit(client.post, "/workers/claim", json=body) for _ in range(2)]
+        time.sleep(1.0)
+        started = time.monotonic()
+        extra = client.post("/workers/claim", json=body)
+        extra_seconds = time.monotonic() - started
+        results = [poll.result() for poll in held]
+    assert extra.status_code == 200 and extra.json()["tasks"] == []
+    assert extra_seconds < 1.5, extra_seconds
+    assert all(r.status_code == 200 and r.elapsed.total_seconds() >= 2.5 for r in results)
+    assert "longpoll.capped" in live_stack.output()
