@@ -37,13 +37,13 @@ class CannotMount(RuntimeError):
 
 
 @contextlib.contextmanager
-def tiny_tablespace(h: Harness) -> Iterator[Path]:
-    """``tf_task`` on a tablespace over a fresh tmpfs mount; yields the mount to fill."""
+def tiny_tablespace(h: Harness, size_mb: int = MOUNT_MB) -> Iterator[Path]:
+    """``tf_task`` on a tablespace over a fresh tmpfs mount of ``size_mb``; yields the mount to fill."""
     # Outside the run directory (mode 0700): the Postgres server's user must reach it.
     mount = Path(tempfile.mkdtemp(prefix="taskforge-tiny-disk-"))
     mount.chmod(0o755)
     done = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", f"size={MOUNT_MB}m,mode=0755", "tmpfs", str(mount)], capture_output=True
+        ["mount", "-t", "tmpfs", "-o", f"size={size_mb}m,mode=0755", "tmpfs", str(mount)], capture_output=True
     )
     if done.returncode != 0:
         mount.rmdir()
@@ -66,9 +66,9 @@ def tiny_tablespace(h: Harness) -> Iterator[Path]:
         mount.rmdir()
 
 
-def fill(mount: Path) -> Path:
-    """Write zeros into ``mount`` until it is full; the file that holds the space."""
-    filler = mount / "filler"
+def fill(mount: Path, name: str = "filler") -> Path:
+    """Write zeros into ``mount`` until it is full; the file (``name``) that holds the space."""
+    filler = mount / name
     block = b"\0" * (1 << 20)
     with filler.open("wb") as out:
         try:

@@ -14,6 +14,7 @@ reported.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import signal
@@ -22,6 +23,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import httpx
@@ -40,6 +42,11 @@ if TYPE_CHECKING:
 PACE_SECONDS = 0.3
 #: Seconds the soak leaves at the end for the last faults to heal before the load stops.
 TAIL_SECONDS = 8.0
+#: The tmpfs under tf_task's tablespace: room for the table to grow through the soak (it is
+#: filled only while a disk-full fault lasts).
+SOAK_DISK_MB = 512
+#: How long a disk-full fault lasts.
+DISK_FULL_SECONDS = 3.0
 
 
 def soak(h: Harness, run: ScenarioRun) -> None:
@@ -64,18 +71,22 @@ def soak(h: Harness, run: ScenarioRun) -> None:
     ]
     if h.postgres.restartable:
         faults.append((pg_restart, 1))
-    actions, weights = zip(*faults, strict=True)
-    rng = random.Random(run.notes.setdefault("seed", random.randrange(1 << 32)))
-    run.notes["stale_calls_accepted"] = []
-    while time.monotonic() < deadline:
-        action = rng.choices(actions, weights)[0]
-        try:
-            action(h, run)
-        except Exception as exc:  # one fault that could not be injected is noted, not the end of the soak
-            run.notes.setdefault("injection_errors", []).append(f"{action.__name__}: {exc!r}"[:300])
-        time.sleep(PACE_SECONDS)
-    for timer in run.notes.pop("timers", []):
-        timer.join()
+    with contextlib.ExitStack() as stack:
+        disk = _tiny_disk(h, run, stack)
+        if disk is not None:
+            faults.append((pg_disk_full(disk), 1))
+        actions, weights = zip(*faults, strict=True)
+        rng = random.Random(run.notes.setdefault("seed", random.randrange(1 << 32)))
+        run.notes["stale_calls_accepted"] = []
+        while time.monotonic() < deadline:
+            action = rng.choices(actions, weights)[0]
+            try:
+                action(h, run)
+            except Exception as exc:  # one fault that could not be injected is noted, not the end of the soak
+                run.notes.setdefault("injection_errors", []).append(f"{action.__name__}: {exc!r}"[:300])
+            time.sleep(PACE_SECONDS)
+        for timer in run.notes.pop("timers", []):
+            timer.join()
 
 
 def verify_soak(h: Harness, run: ScenarioRun, result: CheckResult) -> list[str]:
@@ -213,6 +224,30 @@ def pg_terminate(h: Harness, run: ScenarioRun) -> None:
 def pg_restart(h: Harness, run: ScenarioRun) -> None:
     run.fault("Postgres fast restart")
     h.postgres.restart_fast()
+
+
+def _tiny_disk(h: Harness, run: ScenarioRun, stack: contextlib.ExitStack) -> Path | None:
+    """tf_task moved onto a tmpfs for the whole soak (moved back at its end); None without root."""
+    try:
+        return stack.enter_context(resources.tiny_tablespace(h, size_mb=SOAK_DISK_MB))
+    except resources.CannotMount as exc:
+        run.notes["disk_full_skipped"] = f"cannot mount a tmpfs for the tablespace: {exc}"
+        return None
+
+
+def pg_disk_full(mount: Path) -> Callable[[Harness, ScenarioRun], None]:
+    """The disk-full fault on ``mount``: filled for a few seconds, then freed."""
+
+    def pg_disk_full(h: Harness, run: ScenarioRun) -> None:
+        filler = resources.fill(mount, name=f"filler-{uuid.uuid4().hex[:8]}")
+        run.fault("Postgres disk full: tf_task's tablespace has no space left")
+        try:
+            time.sleep(DISK_FULL_SECONDS)
+        finally:
+            filler.unlink(missing_ok=True)
+        run.fault("Postgres disk space freed")
+
+    return pg_disk_full
 
 
 # -- the worker protocol, misused ------------------------------------------------------------
