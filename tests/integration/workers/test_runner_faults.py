@@ -72,6 +72,31 @@ def test_a_result_that_cannot_be_encoded_is_nacked_and_later_tasks_are_still_ack
     assert producer.get_task("jobs", more[-1])["result"] == {"n": 2}
 
 
+def test_a_handler_raising_system_exit_or_keyboard_interrupt_does_not_end_the_one_pool_thread(taskforge, caplog):
+    QueueFactory(name="jobs", max_retries=0)
+    producer = taskforge.client("producer")
+    raising = {
+        producer.enqueue("jobs", {"raise": "exit"}, priority=1)["id"]: "SystemExit",
+        producer.enqueue("jobs", {"raise": "interrupt"}, priority=2)["id"]: "KeyboardInterrupt",
+    }
+    later = [producer.enqueue("jobs", {"n": n}, priority=5)["id"] for n in range(4)]
+
+    def handler(payload: dict[str, Any], job: Any) -> dict[str, Any]:
+        if payload.get("raise") == "exit":
+            raise SystemExit(3)
+        if payload.get("raise") == "interrupt":
+            raise KeyboardInterrupt
+        return {"n": payload["n"]}
+
+    client = taskforge.client("worker")
+    # One handler thread: had either exception ended it, no later task would ever run.
+    with running(taskforge, caplog, client, handler, "--concurrency", "1"):
+        wait_for(lambda: set(statuses(producer, later).values()) == {"done"}, what="the later tasks acked")
+    for task_id, name in raising.items():
+        task = producer.get_task("jobs", task_id)
+        assert task["status"] == "dead" and task["last_error"].startswith(name), task
+
+
 class ProxyPage(httpx.BaseTransport):
     """A real transport, except that the first heartbeat is answered 200 with a proxy's HTML page."""
 
