@@ -24,7 +24,7 @@ logger = logging.getLogger("taskforge.metrics")
 class TaskMetricsCollector:
     def collect(self) -> Iterator[Metric]:
         try:
-            depths = depth.queue_depths()
+            depths = depth.shared_queue_depths()
         except DatabaseError as exc:
             logger.warning("queue depth unavailable: %s", exc, extra={"event": "metrics.depth_failed"})
             depths = []

@@ -34,6 +34,7 @@ import redis
 from django.db import connection, transaction
 
 from taskforge.infra.redis import redis_client
+from taskforge.infra.singleflight import SingleFlight
 
 logger = logging.getLogger("taskforge.metrics")
 
@@ -130,3 +131,7 @@ def queue_depths() -> list[QueueDepth]:
         for status, total in finished.get(str(queue_id), {}).items():
             entry.depth[status] = total
     return sorted(queues.values(), key=lambda entry: entry.name)
+
+
+# Concurrent scrapes of one process share one run of the depth queries (/metrics is open by default).
+shared_queue_depths = SingleFlight(queue_depths)
