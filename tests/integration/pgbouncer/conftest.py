@@ -64,9 +64,11 @@ def pgbouncer() -> Iterator[PgBouncer]:
     if PGBOUNCER is None:
         pytest.skip("needs pgbouncer (apt-get install pgbouncer)")
     db = connection.settings_dict
-    server_host = db.get("HOST") or "127.0.0.1"
+    # The embedded server of `make test` without DATABASE_URL listens on a Unix socket, named in
+    # the URL's ``?host=`` (Django's OPTIONS), not in HOST.
+    server_host = db.get("HOST") or db.get("OPTIONS", {}).get("host") or "127.0.0.1"
     if server_host.startswith("/"):
-        pytest.skip("PgBouncer here forwards to Postgres over TCP")
+        pytest.skip("PgBouncer here forwards to Postgres over TCP (set DATABASE_URL to a TCP server)")
     port = free_port()
     # Not under pytest's tmp_path: PgBouncer refuses to run as root, and the
     # user it switches to must read its config and write its log.
