@@ -421,3 +421,24 @@ def _module_problems(module: str, args: list[str]) -> list[str]:
             if not callable(getattr(importlib.import_module(handler_module), function, None)):
                 return [f"--handler {config.handler}: no such function"]
     return []
+
+
+def ensure_admin_options(shell_command: str, env: dict[str, str]) -> dict[str, object]:
+    """The options ``ensure_admin`` gets from a migrate container's ``sh -c`` command, as its own
+    parser reads them after the shell has expanded ``env``."""
+    import subprocess
+
+    from django.core.management import load_command_class
+
+    step = next(part for part in shell_command.split("&&") if "ensure_admin" in part)
+    words = step.split(">")[0].replace("$$", "$")  # compose writes $$ for the container's $
+    listed = subprocess.run(
+        ["sh", "-c", f'for word in {words}; do printf "%s\\0" "$word"; done'],
+        env=env,
+        capture_output=True,
+        check=True,
+    ).stdout.decode()
+    argv = listed.split("\0")[:-1]
+    command = load_command_class("queues", "ensure_admin")
+    options = command.create_parser("manage.py", "ensure_admin").parse_args(argv[argv.index("ensure_admin") + 1 :])
+    return vars(options)

@@ -140,6 +140,20 @@ def test_workers_get_the_worker_role_key_installed_by_migrate_never_the_admin_ke
     assert "--worker-api-key" in TASKFORGE["migrate"]["command"][2]
 
 
+def test_secrets_that_start_with_a_dash_reach_ensure_admin_as_values():
+    # A generated token_urlsafe value starts with "-" one time in 64: it must not read as an option.
+    env = {
+        "TASKFORGE_ADMIN_API_KEY": "-k1",
+        "TASKFORGE_ADMIN_USERNAME": "-admin",
+        "TASKFORGE_ADMIN_PASSWORD": "--p4ss",
+        "TASKFORGE_ADMIN_EMAIL": "-ops@example.com",
+        "TASKFORGE_WORKER_API_KEY": "-k2",
+    }
+    options = specs.ensure_admin_options(TASKFORGE["migrate"]["command"][2], env)
+    assert (options["api_key"], options["username"], options["password"]) == ("-k1", "-admin", "--p4ss")
+    assert (options["email"], options["worker_api_key"]) == ("-ops@example.com", "-k2")
+
+
 def test_required_secrets_fail_loudly_when_missing():
     for variable in REQUIRED:
         uses = re.findall(r"\$\{" + variable + r"(:?[-?+])?", specs.COMPOSE_FILE.read_text())

@@ -114,7 +114,12 @@ def test_workers_get_the_worker_role_key_the_migrate_job_installs_never_the_admi
     migrate = JOB["spec"]["template"]["spec"]["containers"][0]
     refs = {item["name"]: item["valueFrom"]["secretKeyRef"]["key"] for item in migrate["env"] if "valueFrom" in item}
     assert refs["TASKFORGE_WORKER_API_KEY"] == "TASKFORGE_WORKER_API_KEY"
-    assert '--worker-api-key "$TASKFORGE_WORKER_API_KEY"' in migrate["command"][2]
+    assert '--worker-api-key="$TASKFORGE_WORKER_API_KEY"' in migrate["command"][2]
+    # Values that start with "-" (a generated secret may) still reach ensure_admin as values.
+    env = {"TASKFORGE_ADMIN_API_KEY": "-k1", "TASKFORGE_ADMIN_USERNAME": "-a", "TASKFORGE_ADMIN_PASSWORD": "-p",
+           "TASKFORGE_WORKER_API_KEY": "-k2"}  # fmt: skip
+    options = specs.ensure_admin_options(migrate["command"][2], env)
+    assert (options["api_key"], options["password"], options["worker_api_key"]) == ("-k1", "-p", "-k2")
     assert "change-me" in SECRET["TASKFORGE_WORKER_API_KEY"] and len(SECRET["TASKFORGE_WORKER_API_KEY"]) >= 32
 
 
