@@ -19,15 +19,10 @@ same statement, so the history can never disagree with the task.
 
 from __future__ import annotations
 
-from queues.lifecycle import bulk_statements, cancel_statements, decide
+from queues.lifecycle import bulk_statements, cancel_statements, columns, decide, read_statements
 
-# The columns every statement returns for a task (tf_task has no others).
-_TASK_COLUMNS = """
-    t.id, t.queue_id, t.payload, t.status, t.priority, t.scheduled_at, t.created_at, t.updated_at,
-    t.status_changed_at, t.claimed_at, t.claimed_by, t.heartbeat_at, t.lease_token,
-    t.lease_expires_at, t.attempts, t.max_retries, t.last_error, t.result, t.finished_at,
-    t.idempotency_key, t.request_fingerprint, t.kind, t.timeout_seconds, t.cancel_requested, t.progress
-"""
+_TASK_COLUMNS = columns.TASK_COLUMNS
+
 
 # Appended to a data-modifying CTE named ``moved`` (with ``from_status``,
 # ``from_changed_at``, ``event_worker`` and ``event_detail`` columns): records one
@@ -128,10 +123,8 @@ _SCAN = "tf_task t"
 # index over every due pending row of the queue to honour ORDER BY, and hash them
 # (2-3 ms at a 10,000-task backlog, as soon as the statistics lag behind a burst
 # of enqueues); the subquery with OFFSET 0 is a fence that keeps one index probe
-# per id (0.2 ms). The fence names the id alone: with ``status = 'pending'`` in it the
-# partial ready index matched too, and over stale statistics the planner probed each id
-# by walking that index (5,000 rows per id at a 5,000-task backlog); the status is
-# checked outside, by the claim's own WHERE.
+# per id (0.2 ms). It names the id alone (the claim's WHERE checks the status): with the
+# status in it, stale statistics made the planner walk the partial ready index per id.
 _BY_IDS = """unnest(%(task_ids)s::uuid[]) AS wanted(id)
     CROSS JOIN LATERAL (SELECT * FROM tf_task x WHERE x.id = wanted.id OFFSET 0) t"""
 # One queue is compared with "=": the ordered scan of tf_task_ready then stops at
@@ -250,8 +243,7 @@ WITH d AS (
     FROM tf_task t JOIN d ON d.id = t.id
     WHERE t.status IN ('claimed', 'executing')
 ), moved AS (
-    -- A released task (a worker handing back one it never started) gets back the attempt
-    -- its claim counted and keeps the last error of a real attempt.
+    -- A released task (handed back unstarted) gets its attempt back and keeps its last real error.
     UPDATE tf_task t
     SET status = d.outcome, updated_at = now(), status_changed_at = now(),
         last_error = CASE WHEN d.released THEN t.last_error ELSE d.error END,
@@ -263,9 +255,8 @@ WITH d AS (
     FROM d JOIN old ON old.id = d.id
     WHERE t.id = d.id
     RETURNING {_TASK_COLUMNS}, old.from_status, old.from_changed_at,
-              %(event_worker)s::text AS event_worker,
-              CASE WHEN d.released THEN '{decide.RELEASED_DETAIL_PREFIX}' || d.error ELSE d.error END AS event_detail,
-              d.released
+              %(event_worker)s::text AS event_worker, d.released,
+              CASE WHEN d.released THEN '{decide.RELEASED_DETAIL_PREFIX}' || d.error ELSE d.error END AS event_detail
 ), dead AS (
     INSERT INTO tf_dead_letter (id, queue_id, payload, last_error, attempts, died_at, replay_count)
     SELECT m.id, m.queue_id, m.payload, m.last_error, m.attempts, now(), 0
@@ -426,27 +417,9 @@ DELETE FROM tf_task WHERE id IN (SELECT id FROM doomed) RETURNING id
 """
 
 
-# --- reads the moves use to explain a refusal -------------------------------------------------
-
-# One task of a queue (GET /queues/{name}/tasks/{id}, and why a cancel was refused).
-TASK_IN_QUEUE = f"""
-SELECT {_TASK_COLUMNS} FROM tf_task t WHERE t.id = %(task_id)s AND t.queue_id = %(queue_id)s
-"""
-
-# Tasks by id: tells an idempotent repeat of an ack from a lost lease.
-TASKS_BY_IDS = f"""
-SELECT {_TASK_COLUMNS} FROM tf_task t WHERE t.id = ANY(%(task_ids)s)
-"""
-
-# Whether a task exists at all: a refused lease move is LeaseLost if so, TaskNotFound if not.
-TASK_EXISTS = "SELECT 1 FROM tf_task WHERE id = %(task_id)s"
-
-# Whether a queue has a DLQ entry for the task: a refused replay or discard is 409 if so, 404 if not.
-DEAD_LETTER_EXISTS = "SELECT 1 FROM tf_dead_letter WHERE id = %(task_id)s AND queue_id = %(queue_id)s"
-
-
 #: Every named statement, name -> SQL, in the order above, then the bulk ones
-#: (``queues.lifecycle.bulk_statements``) and ``cancel_statements``, for EXPLAIN tests and benchmarks.
+#: (``queues.lifecycle.bulk_statements``), ``cancel_statements`` and ``read_statements``,
+#: for EXPLAIN tests and benchmarks.
 ALL: dict[str, str] = {
     **{
         name: value
@@ -455,4 +428,5 @@ ALL: dict[str, str] = {
     },
     **bulk_statements.ALL,
     **cancel_statements.ALL,
+    **read_statements.ALL,
 }

@@ -159,8 +159,8 @@ def test_no_lifecycle_module_assembles_sql_at_call_time(path: Path) -> None:
     assert _run_time_assembly(tree) == []
 
 
-# The statements modules: statements.py, and bulk_statements.py whose entries it registers in ALL.
-STATEMENT_MODULES = {"statements.py", "bulk_statements.py", "cancel_statements.py"}
+# The statements modules: statements.py, and the ones whose entries it registers in ALL.
+STATEMENT_MODULES = {"statements.py", "bulk_statements.py", "cancel_statements.py", "read_statements.py"}
 
 
 @pytest.mark.parametrize("path", [p for p in _modules() if p.name not in STATEMENT_MODULES], ids=lambda path: path.name)
