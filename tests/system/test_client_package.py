@@ -63,6 +63,17 @@ def test_the_worker_command_runs(installed: Installed, command: tuple[str, ...])
     )
 
 
+@pytest.mark.parametrize("command", [("-m", "taskforge_client"), ()])
+def test_the_operator_command_runs_without_django(installed: Installed, command: tuple[str, ...]) -> None:
+    argv = [installed.python, *command] if command else [installed.bin / "taskforge"]
+    done = installed.run(*argv, "--help")
+    assert done.returncode == 0, done.stderr
+    assert "queues" in done.stdout and "replay" in done.stdout
+    # No key: refused before anything connects, exit 2 (the live tests are tests/integration/workers/test_cli.py).
+    refused = installed.run(*argv, "queues")
+    assert refused.returncode == 2 and "TASKFORGE_API_KEY" in refused.stderr
+
+
 def test_the_wheel_declares_httpx_and_an_optional_django(installed: Installed) -> None:
     with zipfile.ZipFile(installed.wheel) as wheel:
         names = wheel.namelist()
@@ -74,6 +85,7 @@ def test_the_wheel_declares_httpx_and_an_optional_django(installed: Installed) -
     assert [Requirement(r).name.lower() for r in requires if "extra ==" in r] == ["django"]
     assert "Provides-Extra: django" in fields and "License-Expression: Apache-2.0" in fields
     assert "taskforge-worker = taskforge_client.worker.cli:script" in entry_points
+    assert "taskforge = taskforge_client.cli:script" in entry_points
     # Every source module made it into the wheel, and the marker that it is typed.
     source = {p.relative_to(CLIENT).as_posix() for p in (CLIENT / PACKAGE).rglob("*.py")}
     assert source <= set(names)

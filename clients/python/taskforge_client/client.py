@@ -204,6 +204,40 @@ class TaskForgeClient:
         answer: Json = self._request("POST", "/queues", json={"name": name, **settings})
         return answer
 
+    # -- operator calls (admin key) ----------------------------------------
+
+    def queues(self) -> list[Json]:
+        """Every queue, by name."""
+        answers: list[Json] = self._request("GET", "/queues", retry=True)["results"]
+        return answers
+
+    def update_queue(self, name: str, **settings: Any) -> Json:
+        """Change a queue's settings (``paused=True`` pauses it); returns the queue."""
+        answer: Json = self._request("PATCH", f"/queues/{_part(name)}", json=settings)
+        return answer
+
+    def replay(self, queue: str, task_id: TaskId) -> Json:
+        """Put one dead task back to ``pending``; returns the task. ``NotFound`` for a task that never died."""
+        answer: Json = self._request("POST", f"/queues/{_part(queue)}/dlq/{_part(task_id)}/replay")
+        return answer
+
+    def replay_many(self, queue: str, task_ids: Iterable[TaskId] | None = None) -> int:
+        """Replay the dead tasks named (1-1000), or every dead task of the queue when none are named;
+        returns how many were replayed (ids that are not dead are skipped)."""
+        body: Json = {"all": True} if task_ids is None else {"ids": [str(task_id) for task_id in task_ids]}
+        replayed: int = self._request("POST", f"/queues/{_part(queue)}/dlq/replay", json=body)["replayed"]
+        return replayed
+
+    def workers(self) -> list[Json]:
+        """The workers seen in the last 10 minutes, with the tasks each holds."""
+        answers: list[Json] = self._request("GET", "/workers", retry=True)["results"]
+        return answers
+
+    def schedules(self) -> list[Json]:
+        """Every periodic schedule, with its next and last run."""
+        answers: list[Json] = self._request("GET", "/schedules", retry=True)["results"]
+        return answers
+
     # -- worker calls ------------------------------------------------------
 
     def claim(
