@@ -57,6 +57,7 @@ INSTALLED_APPS = [
     "django.contrib.sessions",
     "django.contrib.messages",
     "django.contrib.staticfiles",
+    "django.contrib.postgres",  # the GIN index of payload search (tf_task_payload)
     "rest_framework",
     "drf_spectacular",
     "drf_spectacular_sidecar",

@@ -28,6 +28,7 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
 from dashboard import confirm
+from dashboard.admin.search import payload_containments
 from dashboard.filters import KindFilter, TimeRangeFilter, WorkerFilter
 from dashboard.paginator import EstimatedCountPaginator
 from queues import lifecycle
@@ -83,7 +84,7 @@ class TaskAdmin(admin.ModelAdmin):
     list_per_page = 50
     ordering = ("-created_at", "-id")
     search_fields = ("id",)  # shows the search box; get_search_results does exact lookups only
-    search_help_text = "Exact task id, idempotency key or kind."
+    search_help_text = "Exact task id, idempotency key or kind, or key=value in the payload (user.id=42 goes deeper)."
     paginator = EstimatedCountPaginator
     show_full_result_count = False
     show_facets = admin.ShowFacets.NEVER
@@ -168,7 +169,10 @@ class TaskAdmin(admin.ModelAdmin):
         queue_ids = list(Queue.objects.values_list("pk", flat=True))
         matches += Task.objects.filter(queue_id__in=queue_ids, idempotency_key=term).values_list("pk", flat=True)
         # A kind may name many tasks: a condition (served per queue by tf_task_kind_listing), not a list of ids.
-        return queryset.filter(Q(pk__in=matches) | Q(queue_id__in=queue_ids, kind=term)), False
+        found = Q(pk__in=matches) | Q(queue_id__in=queue_ids, kind=term)
+        for containment in payload_containments(term):  # key=value: served by tf_task_payload
+            found |= Q(payload__contains=containment)
+        return queryset.filter(found), False
 
     # --- list columns -----------------------------------------------------------------
 

@@ -58,6 +58,11 @@ TASK_FILTERS = [
     _query("status", OpenApiTypes.STR, "Only tasks in this status.", enum=list(Status.values)),
     _query("claimed_by", OpenApiTypes.STR, "Only tasks claimed by this worker."),
     _query("kind", OpenApiTypes.STR, "Only tasks of this kind."),
+    _query(
+        "payload_contains",
+        OpenApiTypes.STR,
+        'Only tasks whose payload contains this JSON object (Postgres `@>`), e.g. `{"user_id": "abc123"}`.',
+    ),
     _query("created_after", OpenApiTypes.DATETIME, "Created strictly after (with an offset)."),
     _query("created_before", OpenApiTypes.DATETIME, "Created strictly before (with an offset)."),
     LIMIT,

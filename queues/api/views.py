@@ -34,7 +34,9 @@ from taskforge.http.pagination import QueryParams, encode_cursor
 from taskforge.ops import audit
 from workers import longpoll
 
-TASK_LIST_PARAMS = frozenset({"status", "claimed_by", "kind", "created_after", "created_before", "limit", "cursor"})
+TASK_LIST_PARAMS = frozenset(
+    {"status", "claimed_by", "kind", "payload_contains", "created_after", "created_before", "limit", "cursor"}
+)
 DLQ_LIST_PARAMS = frozenset({"include_replayed", "kind", "died_after", "died_before", "limit", "cursor"})
 
 
@@ -149,6 +151,7 @@ class TaskListView(APIView):
         status = params.choice("status", list(Status.values))
         claimed_by = params.text("claimed_by")
         kind = params.kind()
+        payload_contains = params.json_object("payload_contains")
         created_after = params.timestamp("created_after")
         created_before = params.timestamp("created_before")
         limit = params.limit()
@@ -160,6 +163,8 @@ class TaskListView(APIView):
             rows = rows.filter(claimed_by=claimed_by)
         if kind:
             rows = rows.filter(kind=kind)
+        if payload_contains:
+            rows = rows.filter(payload__contains=payload_contains)  # jsonb @>, served by tf_task_payload
         if created_after:
             rows = rows.filter(created_at__gt=created_after)
         if created_before:

@@ -8,11 +8,13 @@ import re
 import uuid
 from collections.abc import Mapping
 from datetime import datetime
+from typing import Any
 
 import orjson
-from rest_framework.exceptions import ValidationError
+from rest_framework.exceptions import ParseError, ValidationError
 
 from taskforge.http.fields import parse_aware_datetime
+from taskforge.http.parsers import check_json_value
 
 _DIGITS = re.compile(r"[0-9]{1,6}")
 # A task kind (queues.models.TASK_KIND_PATTERN; this package imports no app).
@@ -77,6 +79,26 @@ class QueryParams:
         if value is not None and not _KIND.fullmatch(value):
             raise ValidationError({"kind": ["Must be 1-128 letters, digits, '.', '_', '-' or ':'."]})
         return value
+
+    def json_object(self, name: str, *, max_length: int = 4096) -> dict[str, Any] | None:
+        """A non-empty JSON object written in the parameter (``?payload_contains={"user_id":"abc123"}``)."""
+        value = self.params.get(name)
+        if value is None:
+            return None
+        problem = f"Must be a JSON object of at most {max_length} characters naming at least one key."
+        if len(value) > max_length:
+            raise ValidationError({name: [problem]})
+        try:
+            parsed = orjson.loads(value)
+        except orjson.JSONDecodeError:
+            raise ValidationError({name: [problem]}) from None
+        if not isinstance(parsed, dict) or not parsed:
+            raise ValidationError({name: [problem]})
+        try:
+            check_json_value(parsed)  # what jsonb cannot hold would be a database error, not a 400
+        except ParseError as exc:
+            raise ValidationError({name: [str(exc.detail)]}) from None
+        return parsed
 
     def timestamp(self, name: str) -> datetime | None:
         value = self.params.get(name)
