@@ -45,6 +45,8 @@ urlpatterns = [
     api("workers/ack/batch", w.AckBatchView, "worker-ack-batch"),
     api("workers/nack", w.NackView, "worker-nack"),
     api("workers/nack/batch", w.NackBatchView, "worker-nack-batch"),
+    # A worker id may hold a '/' (sent percent-encoded): the action at the end tells the paths apart.
+    api(r"workers/(?P<worker_id>.+)/(?P<action>(?:quiet|stop|resume))", w.WorkerControlView, "worker-control"),
     re_path(r"^dashboard/", include("dashboard.urls")),
     re_path(r"^admin/", admin.site.urls),
     # Anything else: authenticate first (401/403 come before 404), then 404.

@@ -9,11 +9,20 @@ from __future__ import annotations
 from django.db import models
 
 
+class Control(models.TextChoices):
+    """What an operator asked a worker to do (``workers.controls``); none: work as usual."""
+
+    QUIET = "quiet", "quiet: claim nothing, finish what it holds"
+    STOP = "stop", "stop: finish what it holds, then exit"
+
+
 class Worker(models.Model):
     worker_id = models.CharField(max_length=200, primary_key=True)
     last_seen_at = models.DateTimeField()
     last_claim_at = models.DateTimeField(null=True, blank=True)
     last_heartbeat_at = models.DateTimeField(null=True, blank=True)
+    control = models.CharField(max_length=8, choices=Control.choices, null=True, blank=True)
+    control_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         db_table = "tf_worker"

@@ -7,7 +7,8 @@ may call each operation comes from the view's ``roles`` declaration.
 
 from __future__ import annotations
 
-from drf_spectacular.utils import extend_schema, extend_schema_view
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
 from rest_framework import serializers
 
 from queues.api.openapi_components import BODY_ERRORS, ERROR_CODES, ClaimedTask, Task, errors
@@ -21,9 +22,15 @@ from workers.inputs import (
     NackSerializer,
 )
 
+_CONTROL_HELP = (
+    "What an operator asked this worker, present only then: `quiet` (claim nothing, finish what it holds) "
+    "or `stop` (finish what it holds, then exit). Claims are answered with no tasks while it is set."
+)
+
 
 class ClaimResult(serializers.Serializer):
     tasks = ClaimedTask(many=True, help_text="Possibly empty.")
+    control = serializers.ChoiceField(choices=["quiet", "stop"], required=False, help_text=_CONTROL_HELP)
 
 
 class HeartbeatResult(serializers.Serializer):
@@ -33,6 +40,7 @@ class HeartbeatResult(serializers.Serializer):
     cancel_requested = serializers.BooleanField(
         help_text="True once a producer asked to cancel the task: stop the work and nack it (it becomes cancelled)."
     )
+    control = serializers.ChoiceField(choices=["quiet", "stop"], required=False, help_text=_CONTROL_HELP)
 
 
 class ItemError(serializers.Serializer):
@@ -61,6 +69,8 @@ class Worker(serializers.Serializer):
         help_text="Holds tasks, and its last heartbeat (its claim if it never sent one) is older than the "
         "heartbeat timeout; claims do not count as heartbeats."
     )
+    control = serializers.ChoiceField(choices=["quiet", "stop"], required=False, help_text=_CONTROL_HELP)
+    control_at = serializers.DateTimeField(required=False, help_text="When the control was set (with `control`).")
 
 
 class WorkerList(serializers.Serializer):
@@ -140,6 +150,25 @@ nack_batch_schema = extend_schema_view(
         description="Items that fail carry an error (`not_found`, `lease_lost`) in their result.",
         request=NackBatchSerializer,
         responses={200: BatchResult, **errors(*BODY_ERRORS)},
+    ),
+)
+
+worker_control_schema = extend_schema_view(
+    post=extend_schema(
+        tags=["workers"],
+        operation_id="control_worker",
+        summary="Ask a worker to quiet or stop, or take that back (resume)",
+        description=(
+            "`quiet`: its claims are answered with no tasks (and `control`) from now on; it finishes what it holds. "
+            "`stop`: the same, and the reference worker exits 0 once it holds nothing. `resume`: back to work. "
+            "The control stays with the worker id until resumed (or the worker is pruned)."
+        ),
+        parameters=[
+            OpenApiParameter("worker_id", OpenApiTypes.STR, OpenApiParameter.PATH, description="As it claims."),
+            OpenApiParameter("action", OpenApiTypes.STR, OpenApiParameter.PATH, enum=["quiet", "stop", "resume"]),
+        ],
+        request=None,
+        responses={200: Worker, **errors(404)},
     ),
 )
 

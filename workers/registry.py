@@ -24,18 +24,20 @@ SET last_seen_at = now(),
 # Staleness and heartbeat age are judged on heartbeats only (the claim stands in
 # until the first heartbeat): a worker whose heartbeat thread died but which
 # still claims is exactly what ``stale`` must show.
-_LISTING = """
-SELECT w.worker_id, w.last_seen_at, w.last_heartbeat_at,
+_SELECT_WORKERS = """
+SELECT w.worker_id, w.last_seen_at, w.last_heartbeat_at, w.last_claim_at, w.control, w.control_at,
        coalesce(array_agg(t.id ORDER BY t.claimed_at) FILTER (WHERE t.id IS NOT NULL), '{}') AS current_tasks,
        count(t.id) > 0 AND coalesce(w.last_heartbeat_at, w.last_claim_at)
            < now() - make_interval(secs => %(timeout)s) AS stale,
        extract(epoch FROM now() - coalesce(w.last_heartbeat_at, w.last_claim_at)) AS heartbeat_age_seconds
 FROM tf_worker w
 LEFT JOIN tf_task t ON t.claimed_by = w.worker_id AND t.status IN ('claimed', 'executing')
-WHERE w.last_seen_at > now() - make_interval(secs => %(listed_for)s)
+WHERE {where}
 GROUP BY w.worker_id
 ORDER BY w.worker_id
 """
+_LISTING = _SELECT_WORKERS.replace("{where}", "w.last_seen_at > now() - make_interval(secs => %(listed_for)s)")
+_ONE = _SELECT_WORKERS.replace("{where}", "w.worker_id = %(worker_id)s")
 
 
 # A busy worker calls many times a second; the listing and the staleness check
@@ -66,10 +68,18 @@ def forget_writes() -> None:
 
 
 def active_workers() -> list[dict[str, Any]]:
+    """The workers seen within ``LISTED_FOR``, by id."""
+    return _select(_LISTING, {"listed_for": LISTED_FOR.total_seconds()})
+
+
+def one_worker(worker_id: str) -> dict[str, Any] | None:
+    """One worker as the listing shows it, however long ago it was seen; None if never (or pruned)."""
+    found = _select(_ONE, {"worker_id": worker_id})
+    return found[0] if found else None
+
+
+def _select(statement: str, params: dict[str, Any]) -> list[dict[str, Any]]:
     with connection.cursor() as cursor:
-        cursor.execute(
-            _LISTING,
-            {"timeout": settings.TASKFORGE_HEARTBEAT_TIMEOUT, "listed_for": LISTED_FOR.total_seconds()},
-        )
+        cursor.execute(statement, {"timeout": settings.TASKFORGE_HEARTBEAT_TIMEOUT, **params})
         names = [column.name for column in cursor.description]
         return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]

@@ -19,7 +19,8 @@ from queues.apikeys import Role
 from queues.dispatch import claiming
 from queues.telemetry.observe import queue_name
 from taskforge.http.errors import error_body
-from workers import longpoll, openapi, registry
+from taskforge.ops import audit
+from workers import controls, longpoll, openapi, registry
 from workers.inputs import (
     AckBatchSerializer,
     AckSerializer,
@@ -70,6 +71,9 @@ def claim_once(read_body: ReadBody, attempt: str | None) -> Answer | longpoll.Wa
     queue = queue_or_404(fields["queue"]) if fields["queue"] is not None else None
     worker_id, max_tasks, wait_seconds = fields["worker_id"], fields["max_tasks"], fields["wait_seconds"]
     registry.seen(worker_id, claim=True)
+    control = controls.control_for(worker_id)
+    if control is not None:  # quiet or stopping: nothing more for it, and no wait (each attempt of a poll asks)
+        return 200, {"tasks": [], "control": control}
     claimed = claiming.claim(worker_id, queue, max_tasks)
     if claimed.rows or not wait_seconds or attempt == longpoll.LAST:
         return 200, _claimed(claimed.rows)
@@ -83,13 +87,17 @@ def heartbeat_one(read_body: ReadBody) -> Answer:
     row = lifecycle.heartbeat(
         fields["task_id"], worker_id=fields["worker_id"], lease_token=fields["lease_token"], progress=fields["progress"]
     )
-    return 200, {
+    answer = {
         "task_id": row["id"],
         "status": row["status"],
         "lease_expires_at": row["lease_expires_at"],
         # True once a producer asked to stop the task: the worker should stop and nack.
         "cancel_requested": row["cancel_requested"],
     }
+    control = controls.control_for(fields["worker_id"])
+    if control is not None:  # only when an operator asked: the answer is otherwise as it always was
+        answer["control"] = control
+    return 200, answer
 
 
 def ack_one(read_body: ReadBody) -> Answer:
@@ -200,17 +208,32 @@ class WorkerListView(APIView):
     roles = {"GET": Role.ADMIN}
 
     def get(self, request: Request) -> Response:
-        return Response(
-            {
-                "results": [
-                    {
-                        "worker_id": w["worker_id"],
-                        "last_seen_at": w["last_seen_at"],
-                        "last_heartbeat_at": w["last_heartbeat_at"],
-                        "current_tasks": w["current_tasks"],
-                        "stale": bool(w["stale"]),
-                    }
-                    for w in registry.active_workers()
-                ]
-            }
-        )
+        return Response({"results": [_worker(w) for w in registry.active_workers()]})
+
+
+def _worker(row: dict[str, Any]) -> dict[str, Any]:
+    worker = {
+        "worker_id": row["worker_id"],
+        "last_seen_at": row["last_seen_at"],
+        "last_heartbeat_at": row["last_heartbeat_at"],
+        "current_tasks": row["current_tasks"],
+        "stale": bool(row["stale"]),
+    }
+    if row["control"] is not None:  # only for a worker an operator asked to quiet or stop
+        worker["control"] = row["control"]
+        worker["control_at"] = row["control_at"]
+    return worker
+
+
+@openapi.worker_control_schema
+class WorkerControlView(APIView):
+    """``POST /workers/{worker_id}/quiet``, ``/stop`` and ``/resume``: 200 with the worker."""
+
+    roles = {"POST": Role.ADMIN}
+
+    def post(self, request: Request, worker_id: str, action: str) -> Response:
+        controls.set_control(worker_id, controls.ACTIONS[action], actor=audit.api_actor(request))
+        worker = registry.one_worker(worker_id)
+        if worker is None:  # pruned between the two statements
+            raise controls.WorkerNotFound(worker_id)
+        return Response(_worker(worker))

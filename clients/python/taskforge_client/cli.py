@@ -3,7 +3,8 @@
 ``taskforge queues``, ``taskforge stats QUEUE``, ``taskforge enqueue QUEUE
 '{"user_id": 1}'``, ``taskforge task ID``, ``taskforge dlq QUEUE``,
 ``taskforge replay QUEUE --all`` (or task ids), ``taskforge pause QUEUE`` /
-``resume QUEUE``, ``taskforge schedules``, ``taskforge workers``. Tables for
+``resume QUEUE``, ``taskforge schedules``, ``taskforge workers``, ``taskforge
+worker quiet|stop|resume WORKER_ID``. Tables for
 people by default; ``--json`` prints the API's answers for scripts.
 
 Settings: ``--url`` or ``TASKFORGE_API_URL`` (default ``http://localhost:8080``);
@@ -201,6 +202,16 @@ def workers(client: TaskForgeClient, args: argparse.Namespace) -> Output:
     return Output(listed, table(("WORKER", "TASKS", "LAST HEARTBEAT", "LAST SEEN", "STALE"), rows))
 
 
+def worker(client: TaskForgeClient, args: argparse.Namespace) -> Output:
+    told = client.control_worker(args.worker_id, args.action)
+    said = {
+        "quiet": "claims nothing more and finishes what it holds",
+        "stop": "claims nothing more, finishes what it holds, then exits",
+        "resume": "is back to work",
+    }[args.action]
+    return Output(told, f"worker {told['worker_id']} {said} (holds {len(told['current_tasks'])} tasks)")
+
+
 # -- command line --------------------------------------------------------------
 
 
@@ -246,6 +257,9 @@ def _parser(prog: str) -> argparse.ArgumentParser:
     command("resume", resume, "dispatch a paused queue's tasks again").add_argument("queue")
     command("schedules", schedules, "list the periodic schedules with their next run")
     command("workers", workers, "list the workers seen in the last 10 minutes")
+    sub = command("worker", worker, "ask one worker to quiet or stop, or take that back")
+    sub.add_argument("action", choices=["quiet", "stop", "resume"])
+    sub.add_argument("worker_id")
     return parser
 
 

@@ -48,7 +48,7 @@ try:  # orjson decodes answers (a 1000-task batch above all) several times faste
 except ImportError:  # pragma: no cover - orjson is optional
     decode_json = _standard_decode
 
-__all__ = ["TaskForgeClient"]
+__all__ = ["ClaimedTasks", "TaskForgeClient"]
 
 DEFAULT_TIMEOUT = 15.0
 DEFAULT_RETRIES = 3
@@ -60,6 +60,14 @@ USER_AGENT = "taskforge-python-client/1.0"
 TaskId = str | uuid.UUID
 # Parsed URLs kept per client; paths with a task id in them come and go.
 MAX_CACHED_URLS = 256
+
+
+class ClaimedTasks(list[Json]):
+    """The tasks of a claim answer, and ``control``: ``"quiet"``, ``"stop"`` or None (see ``claim``)."""
+
+    def __init__(self, tasks: Iterable[Json] = (), control: str | None = None) -> None:
+        super().__init__(tasks)
+        self.control = control
 
 
 class TaskForgeClient:
@@ -233,6 +241,12 @@ class TaskForgeClient:
         answers: list[Json] = self._request("GET", "/workers", retry=True)["results"]
         return answers
 
+    def control_worker(self, worker_id: str, action: str) -> Json:
+        """``action`` ``"quiet"`` (claim nothing, finish what it holds), ``"stop"`` (then exit) or
+        ``"resume"`` (back to work) for one worker; returns the worker as ``workers()`` lists it."""
+        answer: Json = self._request("POST", f"/workers/{_part(worker_id)}/{_part(action)}")
+        return answer
+
     def schedules(self) -> list[Json]:
         """Every periodic schedule, with its next and last run."""
         answers: list[Json] = self._request("GET", "/schedules", retry=True)["results"]
@@ -242,10 +256,13 @@ class TaskForgeClient:
 
     def claim(
         self, worker_id: str, queue: str | None = None, *, max_tasks: int = 1, wait_seconds: int = 0
-    ) -> list[Json]:
+    ) -> ClaimedTasks:
         """Claim up to ``max_tasks`` tasks, long-polling up to ``wait_seconds``.
 
-        Each task carries ``lease_token`` and ``lease_expires_at``. If an answer
+        Each task carries ``lease_token`` and ``lease_expires_at``. The list's
+        ``control`` says what an operator asked this worker: ``"quiet"`` (claim
+        nothing, finish what it holds; the answer then has no tasks),
+        ``"stop"`` (the same, then exit) or None. If an answer
         is lost and the call retried, the tasks of the lost answer stay leased
         to this worker until their lease expires, then run again.
         """
@@ -253,8 +270,8 @@ class TaskForgeClient:
         if queue is not None:
             body["queue"] = queue
         timeout = max(self.timeout, wait_seconds + LONG_POLL_MARGIN_SECONDS)
-        answers: list[Json] = self._request("POST", "/workers/claim", json=body, retry=True, timeout=timeout)["tasks"]
-        return answers
+        answer = self._request("POST", "/workers/claim", json=body, retry=True, timeout=timeout)
+        return ClaimedTasks(answer["tasks"], answer.get("control"))
 
     def heartbeat(
         self,

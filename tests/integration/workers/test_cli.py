@@ -14,7 +14,10 @@ from tests.integration.workers.conftest import TaskForge
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
-SUBCOMMANDS = ("queues", "stats", "enqueue", "task", "dlq", "replay", "pause", "resume", "schedules", "workers")
+SUBCOMMANDS = (
+    *("queues", "stats", "enqueue", "task", "dlq", "replay"),
+    *("pause", "resume", "schedules", "workers", "worker"),
+)
 
 
 def run(
@@ -76,6 +79,11 @@ def test_a_task_from_enqueue_to_dead_letter_and_back(taskforge: TaskForge):
     assert created["id"] in table and "boom" in table
     assert any(w["worker_id"] == "cli-worker" for w in answer(taskforge, "workers"))
     assert "cli-worker" in run(taskforge, "workers").stdout
+    quieted = run(taskforge, "worker", "quiet", "cli-worker")
+    assert quieted.returncode == 0, quieted.stderr
+    assert quieted.stdout.startswith("worker cli-worker claims nothing more")
+    assert answer(taskforge, "worker", "resume", "cli-worker")["worker_id"] == "cli-worker"
+    assert run(taskforge, "worker", "quiet", "nobody").returncode == 1
 
     replayed = run(taskforge, "replay", "cli_jobs", created["id"])
     assert replayed.returncode == 0, replayed.stderr

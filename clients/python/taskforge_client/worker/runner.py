@@ -27,6 +27,11 @@ Every one of these threads survives any exception from one call: it is
 logged (with the task id when there is one) and treated like a transient
 error, so the worker never goes on claiming while it can no longer ack.
 
+An operator can quiet the worker (its claims are answered with no tasks:
+it finishes what it holds and asks again every ``poll_interval``) or stop
+it (the same, then it exits 0 once it holds nothing), from the admin's
+workers page or ``POST /workers/{worker_id}/quiet|stop|resume``.
+
 Shutdown (SIGTERM/SIGINT): claiming stops, prefetched tasks no handler started
 are handed back at once, running tasks get ``grace_seconds``
 to finish and be acked, the rest are nacked with retry ("worker shutting
@@ -104,6 +109,7 @@ class Runner:
         self._stop_requested = 0.0  # monotonic time of the signal: the grace period counts from it
         self._hurry = threading.Event()
         self._threads_stop = threading.Event()
+        self._control: str | None = None  # what an operator last asked (workers.controls on the server)
 
     # -- entry point
 
@@ -196,6 +202,8 @@ class Runner:
                 self.claim_queues.claimed(False)
                 self.stopping.wait(self.config.poll_interval)
                 continue
+            if self._obeyed(getattr(tasks, "control", None)):
+                return
             self.claim_queues.claimed(bool(tasks))
             flights = self._flights(tasks)
             if self.stopping.is_set():
@@ -209,6 +217,32 @@ class Runner:
                 # An empty answer that did not wait (short polling, a paused queue): pause.
                 # After a full long poll the server has waited already: ask again at once.
                 self.stopping.wait(self.config.poll_interval)
+
+    def _obeyed(self, control: str | None) -> bool:
+        """Follow an operator's control from a claim answer; True once told to stop and holding nothing.
+
+        Quiet: the server answers with no tasks at once, so the loop asks
+        again only every ``poll_interval`` until resumed. Stop: wait for every held
+        task to finish and be acked, then stop as after a signal (which still
+        cuts the wait short, with the usual grace period).
+        """
+        if control != self._control:
+            if control is None:
+                message = "an operator resumed this worker: claiming again"
+            else:
+                message = f"an operator asked this worker to {control}: claiming nothing more, finishing the tasks held"
+                message += ", then exiting" if control == "stop" else ""
+            held = self.flights.held_count()
+            self.log(logging.INFO, "worker.control", message, control=control or "resume", held=held)
+            self._control = control
+        if control is None:
+            return False
+        if control == "stop":
+            self.flights.wait_until_empty(float("inf"), self.stopping, TICK_SECONDS)
+            if not self.stopping.is_set():
+                self.stop()
+            return True
+        return False  # quiet: the empty answer came at once, so the claim loop pauses poll_interval
 
     def _flights(self, tasks: list[dict[str, Any]]) -> list[Flight]:
         """A flight per claimed task; a task the worker cannot read is left to its lease's expiry."""
