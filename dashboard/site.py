@@ -16,7 +16,7 @@ from django.http import Http404, HttpRequest, HttpResponse, HttpResponseNotAllow
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, URLResolver, get_script_prefix, path, reverse
 
-from dashboard import overview
+from dashboard import history, overview
 from dashboard.stream import TICK_SECONDS
 from workers import controls, registry
 
@@ -32,6 +32,7 @@ class TaskForgeAdminSite(admin.AdminSite):
     def index(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> TemplateResponse:
         context = {
             "overview": overview.shared_snapshot(TICK_SECONDS),
+            "history": history.charts(request.GET.get("history", history.DEFAULT_RANGE)),
             "stream_url": f"{get_script_prefix()}dashboard/stream",
             **(extra_context or {}),
         }

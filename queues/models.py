@@ -10,6 +10,7 @@ from __future__ import annotations
 import uuid
 
 from django.conf import settings
+from django.contrib.postgres.fields import ArrayField
 from django.contrib.postgres.indexes import GinIndex
 from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator
 from django.db import models
@@ -205,6 +206,41 @@ class Task(models.Model):
 
     def __str__(self) -> str:
         return f"{self.id} ({self.status})"
+
+
+class QueueSample(models.Model):
+    """A queue's cumulative counters (``queues.telemetry.counters``) as they stood at the start of one minute.
+
+    The history loop (``queues.loops.history``) takes one per queue per minute,
+    whichever process is first; a minute's figures are the difference between
+    its sample and the next (``queues.telemetry.history``). Keyed by queue name,
+    as the counters are, so the history outlives nothing but its retention.
+    """
+
+    id = models.BigAutoField(primary_key=True)
+    queue_name = models.CharField(max_length=64)
+    minute = models.DateTimeField()
+    taken_at = models.DateTimeField()
+    enqueued = models.BigIntegerField()
+    done = models.BigIntegerField()
+    failed = models.BigIntegerField()
+    dead = models.BigIntegerField()
+    expired = models.BigIntegerField()
+    cancelled = models.BigIntegerField()
+    # Cumulative counts per bucket of counters.BUCKETS (claim to outcome; scheduled_at to claim).
+    run_buckets = ArrayField(models.BigIntegerField())
+    wait_buckets = ArrayField(models.BigIntegerField())
+
+    class Meta:
+        db_table = "tf_queue_sample"
+        constraints = [
+            # One sample per queue and minute, however many loops run; also the range read of one queue.
+            models.UniqueConstraint(fields=["queue_name", "minute"], name="tf_queue_sample_minute"),
+        ]
+        indexes = [models.Index(fields=["minute"], name="tf_queue_sample_pruning")]
+
+    def __str__(self) -> str:
+        return f"{self.queue_name} at {self.minute}"
 
 
 class TaskEvent(models.Model):

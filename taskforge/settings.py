@@ -195,6 +195,8 @@ TASKFORGE_BODY_TIMEOUT_SECONDS = env_int("TASKFORGE_BODY_TIMEOUT_SECONDS", 30, m
 TASKFORGE_MAX_LONG_POLLS_PER_KEY = env_int("TASKFORGE_MAX_LONG_POLLS_PER_KEY", 1000, minimum=1, maximum=1_000_000)
 # At least a day: 0 would prune every finished task (and its history) the moment it finishes.
 TASKFORGE_RETENTION_DAYS = env_int("TASKFORGE_RETENTION_DAYS", 7, minimum=1, maximum=3650)
+# Per-queue, per-minute history (GET /queues/{name}/history, the overview's charts): one row per queue per minute.
+TASKFORGE_HISTORY_DAYS = env_int("TASKFORGE_HISTORY_DAYS", 14, minimum=1, maximum=366)
 # Heartbeats, acks and nacks must name their lease (the contract makes it optional).
 TASKFORGE_REQUIRE_LEASE_TOKEN = env_bool("TASKFORGE_REQUIRE_LEASE_TOKEN", False)
 TASKFORGE_METRICS_TOKEN = env_optional("TASKFORGE_METRICS_TOKEN")

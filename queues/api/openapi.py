@@ -26,6 +26,7 @@ from queues.api.openapi_components import (
     DeadLetterPage,
     Purged,
     Queue,
+    QueueHistory,
     QueueList,
     QueueStats,
     Replayed,
@@ -149,6 +150,25 @@ queue_stats_schema = extend_schema_view(
         description="Rates are counts over the last 60 seconds divided by 60.",
         parameters=[QUEUE_NAME],
         responses={200: QueueStats, **errors(404)},
+    ),
+)
+
+queue_history_schema = extend_schema_view(
+    get=extend_schema(
+        tags=["queues"],
+        operation_id="queue_history",
+        summary="Per-step history: enqueued, finished by outcome, enqueue-to-start and execution percentiles",
+        description=(
+            "From the per-minute samples of the queue's counters, kept `TASKFORGE_HISTORY_DAYS` days. "
+            "One point per step from `since` (default: an hour ago; clamped to what is kept, at a whole minute) "
+            "to now, at most 1440 points. A point whose figures are all `null` covers a time no sampler ran."
+        ),
+        parameters=[
+            QUEUE_NAME,
+            _query("since", OpenApiTypes.DATETIME, "Start (with an offset), in the past; default an hour ago."),
+            _query("step", OpenApiTypes.INT, "Seconds per point: a whole number of minutes, 60-86400; default 60."),
+        ],
+        responses={200: QueueHistory, **errors(400, 404)},
     ),
 )
 

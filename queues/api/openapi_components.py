@@ -215,6 +215,34 @@ class QueueStats(serializers.Serializer):
     paused = serializers.BooleanField()
 
 
+def _count(text: str) -> serializers.IntegerField:
+    return serializers.IntegerField(allow_null=True, help_text=text)
+
+
+def _ms(text: str) -> serializers.FloatField:
+    return serializers.FloatField(allow_null=True, help_text=f"{text}, in ms (null: nothing observed).")
+
+
+class HistoryPoint(serializers.Serializer):
+    at = _timestamp()
+    enqueued = _count("Tasks enqueued in the step.")
+    completed = _count("Attempts acked (done).")
+    failed = _count("Attempts nacked with retries left.")
+    dead = _count("Attempts that sent their task to the dead-letter queue.")
+    expired = _count("Attempts whose lease expired.")
+    wait_p50_ms = _ms("Median enqueue-to-start (scheduled_at to claim)")
+    wait_p95_ms = _ms("95th percentile of enqueue-to-start")
+    run_p50_ms = _ms("Median execution time (claim to outcome)")
+    run_p95_ms = _ms("95th percentile of execution time")
+
+
+class QueueHistory(serializers.Serializer):
+    queue = serializers.CharField()
+    since = _timestamp()
+    step = serializers.IntegerField(help_text="Seconds per point.")
+    points = HistoryPoint(many=True, help_text="Oldest first; all figures null where no sampler ran.")
+
+
 # --- tasks -------------------------------------------------------------------------------
 
 

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Any
 
+from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.http import HttpResponse
@@ -29,6 +31,7 @@ from queues.apikeys import Role
 from queues.dispatch import announce
 from queues.errors import QueueNameTaken
 from queues.models import DeadLetterTask, Queue, Status
+from queues.telemetry import history
 from queues.telemetry.stats import queue_stats
 from taskforge.http.pagination import QueryParams, encode_cursor
 from taskforge.ops import audit
@@ -105,6 +108,36 @@ class QueueStatsView(APIView):
     def get(self, request: Request, name: str) -> Response:
         (stats,) = queue_stats([queue_or_404(name)])
         return Response(stats)
+
+
+HISTORY_PARAMS = frozenset({"since", "step"})
+DEFAULT_HISTORY = timedelta(hours=1)
+
+
+@openapi.queue_history_schema
+class QueueHistoryView(APIView):
+    """``GET /queues/{name}/history?since=&step=``: per-step figures from the per-minute samples."""
+
+    roles = {"GET": Role.PRODUCER}
+
+    def get(self, request: Request, name: str) -> Response:
+        queue = queue_or_404(name)
+        params = QueryParams(request.query_params, HISTORY_PARAMS)
+        step = timedelta(seconds=params.integer("step", 60, 86400, 60))
+        now = history.database_now()  # Postgres' clock names the samples' minutes
+        since = params.timestamp("since") or now - DEFAULT_HISTORY
+        if step.total_seconds() % 60:
+            raise drf_serializers.ValidationError({"step": ["Must be a whole number of minutes (60, 300, 3600...)."]})
+        if since >= now:
+            raise drf_serializers.ValidationError({"since": ["Must be in the past."]})
+        kept_from = now - timedelta(days=settings.TASKFORGE_HISTORY_DAYS)
+        since = max(since, kept_from).replace(second=0, microsecond=0)  # nothing older is kept
+        if (now - since) / step > history.MAX_POINTS:
+            raise drf_serializers.ValidationError(
+                {"step": [f"At most {history.MAX_POINTS} points per answer: choose a larger step or a later since."]}
+            )
+        points = history.history(queue.name, since, now, step)
+        return Response({"queue": queue.name, "since": since, "step": int(step.total_seconds()), "points": points})
 
 
 # --- tasks ------------------------------------------------------------------------

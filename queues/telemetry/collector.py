@@ -75,6 +75,16 @@ def _counters(totals: counters.Snapshot, queue_names: list[str]) -> Iterator[Met
         buckets, total = totals.durations.get(queue, empty)
         durations.add_metric([queue], buckets, total)
     yield durations
+
+    waits = HistogramMetricFamily(
+        "taskforge_task_wait_seconds",
+        "Enqueue to start: from a task's scheduled_at (its enqueue time when due at once) to its claim, per claim.",
+        labels=["queue"],
+    )
+    for queue in sorted(set(queue_names) | set(totals.waits)):
+        buckets, total = totals.waits.get(queue, empty)
+        waits.add_metric([queue], buckets, total)
+    yield waits
     if settings.TASKFORGE_METRICS_KIND_LABEL:
         yield from _by_kind(totals)
 

@@ -10,6 +10,9 @@ process) reads them back at scrape time (``queues.telemetry.collector``):
 * ``tf:{metrics}:completed``  field ``queue|status``    -> finished attempts and cancels
 * ``tf:{metrics}:duration``   field ``queue|le``        -> observations in that bucket only
                               field ``queue|sum``       -> sum of observed seconds
+* ``tf:{metrics}:wait``       the same, for enqueue-to-start: from a task's
+                              ``scheduled_at`` (its enqueue time when due at once)
+                              to its claim, for every claim
 
 With ``TASKFORGE_METRICS_KIND_LABEL`` on, moves of tasks that have a
 ``kind`` also count in two more hashes, for families with a ``kind`` label
@@ -52,6 +55,7 @@ COMPLETED_KEY = "tf:{metrics}:completed"
 ENQUEUED_BY_KIND_KEY = "tf:{metrics}:enqueued_by_kind"
 COMPLETED_BY_KIND_KEY = "tf:{metrics}:completed_by_kind"
 DURATION_KEY = "tf:{metrics}:duration"
+WAIT_KEY = "tf:{metrics}:wait"
 
 # Claim to ack/nack/expiry, in seconds: from fast handlers to hour-long jobs.
 BUCKETS: tuple[float, ...] = (
@@ -118,6 +122,11 @@ def increments_for(rows: Iterable[dict[str, Any]], queue_name: Callable[[Any], s
             out[(ENQUEUED_KEY, queue)] += 1
             if kind:
                 out[(ENQUEUED_BY_KIND_KEY, f"{queue}|{kind}")] += 1
+            continue
+        if row["status"] == "claimed" and row.get("claimed_at") and row.get("scheduled_at"):
+            waited = max(0.0, (row["claimed_at"] - row["scheduled_at"]).total_seconds())
+            out[(WAIT_KEY, f"{queue}|{_bucket_for(waited)}")] += 1
+            out[(WAIT_KEY, f"{queue}|sum")] += waited
             continue
         status = completion_status(row)
         if status is None:
@@ -225,6 +234,8 @@ class Snapshot:
     durations: dict[str, tuple[list[tuple[str, int]], float]] = field(default_factory=dict)
     enqueued_by_kind: dict[tuple[str, str], int] = field(default_factory=dict)
     completed_by_kind: dict[tuple[str, str, str], int] = field(default_factory=dict)
+    # queue -> enqueue-to-start, as ``durations``
+    waits: dict[str, tuple[list[tuple[str, int]], float]] = field(default_factory=dict)
 
 
 def _text(value: bytes | str) -> str:
@@ -239,7 +250,8 @@ def snapshot() -> Snapshot:
     pipe.hgetall(DURATION_KEY)
     pipe.hgetall(ENQUEUED_BY_KIND_KEY)
     pipe.hgetall(COMPLETED_BY_KIND_KEY)
-    enqueued_raw, completed_raw, duration_raw, enqueued_kind_raw, completed_kind_raw = pipe.execute()
+    pipe.hgetall(WAIT_KEY)
+    enqueued_raw, completed_raw, duration_raw, enqueued_kind_raw, completed_kind_raw, wait_raw = pipe.execute()
     snap = Snapshot()
     for name, value in enqueued_kind_raw.items():
         queue, _, kind = _text(name).partition("|")  # neither a queue name nor a kind holds "|"
@@ -252,15 +264,23 @@ def snapshot() -> Snapshot:
     for name, value in completed_raw.items():
         queue, _, status = _text(name).rpartition("|")
         snap.completed[(queue, status)] = int(value)
+    snap.durations = _histograms(duration_raw)
+    snap.waits = _histograms(wait_raw)
+    return snap
+
+
+def _histograms(raw: dict[Any, Any]) -> dict[str, tuple[list[tuple[str, int]], float]]:
+    """Per queue: the cumulative count of every bucket (BUCKETS order) and the sum, from the stored fields."""
     per_queue: dict[str, dict[str, float]] = {}
-    for name, value in duration_raw.items():
+    for name, value in raw.items():
         queue, _, part = _text(name).rpartition("|")
         per_queue.setdefault(queue, {})[part] = float(value)
+    out = {}
     for queue, parts in per_queue.items():
         running = 0
         buckets = []
         for label in BUCKET_LABELS:
             running += int(parts.get(label, 0))
             buckets.append((label, running))
-        snap.durations[queue] = (buckets, parts.get("sum", 0.0))
-    return snap
+        out[queue] = (buckets, parts.get("sum", 0.0))
+    return out

@@ -1,10 +1,11 @@
-"""Expire lapsed leases (failed attempts) and prune old finished tasks (see queues.loops.watchdog)."""
+"""Expire lapsed leases (failed attempts), prune old finished tasks (queues.loops.watchdog) and sample the
+queues' history once a minute (queues.loops.history)."""
 
 from __future__ import annotations
 
 from django.conf import settings
 
-from queues.loops import watchdog
+from queues.loops import history, watchdog
 from taskforge.infra.loop import LoopCommand
 
 
@@ -19,6 +20,8 @@ class Command(LoopCommand):
 
     def tick(self) -> int:
         self.last = watchdog.run_once()
+        # The same process samples the queues' counters once a minute; bookkeeping, not counted as handled.
+        history.run_once()
         return self.last.handled
 
     def more_work_pending(self, handled: int) -> bool:

@@ -46,6 +46,9 @@ CONTRACT: dict[str, set[str]] = {
     "/workers/ack/batch": {"post"},
     "/workers/nack": {"post"},
     "/workers/nack/batch": {"post"},
+    # TaskForge's additions, documented in docs/api.md
+    "/workers/{worker_id}/{action}": {"post"},
+    "/queues/{name}/history": {"get"},
     "/healthz": {"get"},
     "/readyz": {"get"},
     "/metrics": {"get"},
@@ -79,6 +82,8 @@ CONTRACT_ROLES: dict[tuple[str, str], str] = {
     ("/workers/ack/batch", "post"): "worker",
     ("/workers/nack", "post"): "worker",
     ("/workers/nack/batch", "post"): "worker",
+    ("/workers/{}/{}", "post"): "admin",
+    ("/queues/{}/history", "get"): "producer",
 }
 
 
