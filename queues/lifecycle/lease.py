@@ -20,7 +20,7 @@ from queues.lifecycle import statements
 from queues.lifecycle.decide import failed_attempt_outcome, is_repeated_ack, lease_expired_error, timed_out_error
 from queues.lifecycle.notify import report_on_commit
 from queues.lifecycle.reads import not_held, tasks_by_id
-from queues.lifecycle.rows import DomainErrorT, Row, dumps_json, fetch_rows
+from queues.lifecycle.rows import DomainErrorT, Row, dumps_json, fetch_rows, lone_statement
 from queues.models import Status
 from taskforge.ops.failpoints import failpoint
 
@@ -46,7 +46,7 @@ def claim(
         sql = statements.CLAIM_FROM_ONE_QUEUE if len(queue_ids) == 1 else statements.CLAIM_FROM_QUEUES
     else:
         sql = statements.CLAIM_BY_IDS_FROM_ONE_QUEUE if len(queue_ids) == 1 else statements.CLAIM_BY_IDS_FROM_QUEUES
-    with transaction.atomic():
+    with lone_statement():
         moved = fetch_rows(
             sql,
             {
@@ -76,7 +76,7 @@ def heartbeat(
     ``progress``, when given, becomes the task's ``progress``; without it the
     last one stays. The row says whether a cancel was requested.
     """
-    with transaction.atomic():
+    with lone_statement():
         moved = fetch_rows(
             statements.HEARTBEAT,
             {
@@ -107,7 +107,7 @@ def ack_many(worker_id: str, items: Sequence[AckItem]) -> list[Row | DomainError
     ``LeaseLost``) for that item. Repeating an ack that already succeeded
     (same worker, same lease) returns the task unchanged.
     """
-    with transaction.atomic():
+    with lone_statement():
         moved = fetch_rows(
             statements.ACK,
             {

@@ -18,7 +18,7 @@ from queues.dispatch import announce
 from queues.errors import IdempotencyConflict, QueueNotFound
 from queues.lifecycle import statements
 from queues.lifecycle.notify import report_on_commit
-from queues.lifecycle.rows import Row, dumps_json, fetch_rows
+from queues.lifecycle.rows import Row, dumps_json, fetch_rows, lone_statement
 from queues.models import Queue
 from taskforge.ops.failpoints import failpoint
 
@@ -47,7 +47,8 @@ def enqueue(queue: Queue, items: Sequence[NewTask]) -> list[tuple[Row, bool]]:
        queue is skipped by ``ON CONFLICT DO NOTHING`` (which waits for a
        concurrent insert of the same key to commit, so exactly one wins).
     2. Skipped items are answered with the existing task, or a 409 when the
-       key was used with another body. The whole call is one transaction.
+       key was used with another body. The whole call is one transaction
+       (without keys, one statement in autocommit: see ``rows.lone_statement``).
     """
     try:
         return _enqueue(queue, items)
@@ -62,7 +63,9 @@ def enqueue(queue: Queue, items: Sequence[NewTask]) -> list[tuple[Row, bool]]:
 def _enqueue(queue: Queue, items: Sequence[NewTask]) -> list[tuple[Row, bool]]:
     keys = [item.idempotency_key for item in items if item.idempotency_key is not None]
     ids = [uuid.uuid4() for _ in items]
-    with transaction.atomic():
+    # Without keys the insert is the whole move; with them, the read of the tasks the keys
+    # already name must see the same snapshot, so both run in one transaction.
+    with transaction.atomic() if keys else lone_statement():
         inserted = fetch_rows(
             statements.ENQUEUE,
             {

@@ -25,6 +25,15 @@ Buckets are stored non-cumulative and summed at read time, so one
 observation is one ``HINCRBY`` whatever its value. The keys share the
 ``{metrics}`` hash tag, so the transaction also runs on Redis Cluster.
 
+Writes are batched per process without delaying an idle one: a move is
+written at once unless this process wrote less than ``BATCH_WINDOW_SECONDS``
+ago; then it joins the next write, which a background thread sends when the
+window ends. A busy API process thus writes about 50 times a second, not once
+per request (``make bench`` counted one Redis round trip, some 15% of a
+single enqueue's CPU, in the per-request write), and an idle one as soon as
+it moves a task. ``snapshot()`` first writes what this process holds, and a
+process that exits normally writes it too.
+
 Metrics are best-effort: Redis trouble never fails a transition. Increments
 that could not be written stay in this process (bounded) and go out with the
 next write once Redis answers again; a warning is logged at most once a
@@ -34,8 +43,10 @@ minute. A Redis restart or flush resets the counters, which Prometheus'
 
 from __future__ import annotations
 
+import atexit
 import logging
 import math
+import os
 import threading
 import time
 from collections import Counter
@@ -69,6 +80,8 @@ RETRY_AFTER_SECONDS = 5.0
 WARN_EVERY_SECONDS = 60.0
 # Distinct (key, field) pairs kept while Redis is away; beyond that, increments are dropped.
 MAX_PENDING_FIELDS = 10_000
+# A process writes its increments at most this often (the first move after a quiet spell at once).
+BATCH_WINDOW_SECONDS = 0.02
 
 
 def bucket_label(upper: float) -> str:
@@ -152,6 +165,10 @@ class _Outbox:
     last_warning: float = -math.inf
     failures_since_warning: int = 0
     dropped: int = 0
+    written_at: float = -math.inf  # monotonic time of the last write attempt
+    writer: threading.Thread | None = None
+    writer_pid: int = 0
+    wake: threading.Event = field(default_factory=threading.Event)
 
     def add(self, increments: Increments) -> None:
         for series, amount in increments.items():
@@ -165,10 +182,42 @@ _outbox = _Outbox()
 
 
 def record_transitions(rows: list[dict[str, Any]], queue_name: Callable[[Any], str]) -> None:
-    """Add a committed batch of moves to the shared counters (never raises)."""
+    """Add a committed batch of moves to the shared counters (never raises): written at once, or, if this
+    process wrote less than ``BATCH_WINDOW_SECONDS`` ago, with the next write at the end of the window."""
     increments = increments_for(rows, queue_name)
-    if increments:
-        flush(increments)
+    if not increments:
+        return
+    outbox = _outbox
+    with outbox.lock:
+        if time.monotonic() - outbox.written_at < BATCH_WINDOW_SECONDS:
+            outbox.add(increments)
+            _ensure_writer(outbox)
+            outbox.wake.set()
+            return
+    flush(increments)
+
+
+def _ensure_writer(outbox: _Outbox) -> None:
+    """The thread that writes what waits at the end of each window (one per process, started on first use)."""
+    if outbox.writer is not None and outbox.writer_pid == os.getpid() and outbox.writer.is_alive():
+        return
+    outbox.writer_pid = os.getpid()  # a forked child starts its own: threads do not survive fork
+    outbox.wake = threading.Event()
+    outbox.writer = threading.Thread(target=_write_batches, args=(outbox,), name="metrics-writer", daemon=True)
+    outbox.writer.start()
+
+
+def _write_batches(outbox: _Outbox) -> None:
+    while True:
+        outbox.wake.wait()
+        outbox.wake.clear()
+        delay = outbox.written_at + BATCH_WINDOW_SECONDS - time.monotonic()
+        if delay > 0:
+            time.sleep(delay)
+        try:
+            flush()
+        except Exception:  # never lose the thread: the next move wakes it again
+            logger.exception("writing metrics failed", extra={"event": "metrics.error"})
 
 
 def flush(increments: Increments | None = None) -> bool:
@@ -185,6 +234,7 @@ def flush(increments: Increments | None = None) -> bool:
         if time.monotonic() < outbox.retry_at:
             return False
         batch, outbox.pending = outbox.pending, Counter()
+        outbox.written_at = time.monotonic()
     try:
         pipe = redis_client().pipeline(transaction=True)
         for (key, name), amount in sorted(batch.items()):
@@ -243,7 +293,9 @@ def _text(value: bytes | str) -> str:
 
 
 def snapshot() -> Snapshot:
-    """The stored totals (raises ``redis.RedisError`` when Redis is unreachable)."""
+    """The stored totals, this process's latest moves included (raises ``redis.RedisError`` when Redis is
+    unreachable)."""
+    flush()
     pipe = redis_client().pipeline(transaction=False)
     pipe.hgetall(ENQUEUED_KEY)
     pipe.hgetall(COMPLETED_KEY)
@@ -284,3 +336,7 @@ def _histograms(raw: dict[Any, Any]) -> dict[str, tuple[list[tuple[str, int]], f
             buckets.append((label, running))
         out[queue] = (buckets, parts.get("sum", 0.0))
     return out
+
+
+# A process that exits normally (SIGTERM handled: loops, gunicorn workers) writes what it holds.
+atexit.register(flush)
