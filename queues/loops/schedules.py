@@ -11,6 +11,7 @@ one task (``queues.schedules.firing``).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 
 from queues.schedules import firing
 
@@ -34,6 +35,7 @@ class Pass:
         return self.schedules >= firing.FIRE_BATCH
 
 
-def run_once() -> Pass:
-    fired = firing.fire_due(firing.FIRE_BATCH)
+def run_once(*, now: datetime | None = None) -> Pass:
+    """One pass: every due schedule fires (``now`` for tests; Postgres' clock otherwise)."""
+    fired = firing.fire_due(firing.FIRE_BATCH, now=now)
     return Pass(schedules=fired.schedules, tasks=fired.tasks)

@@ -34,10 +34,11 @@ FIRE_BATCH = 100
 # another process is firing, or whose queue is being changed or deleted, waits for the
 # next pass rather than blocking this one. Never waiting is also what keeps this free
 # of deadlocks with a queue delete, which locks the queue and then its schedules.
+# ``now`` is null in production (Postgres' clock); tests pass one instead of sleeping.
 DUE_SCHEDULES = """
-SELECT s.id, now() AS db_now
+SELECT s.id, coalesce(%(now)s::timestamptz, now()) AS db_now
 FROM tf_schedule s JOIN tf_queue q ON q.id = s.queue_id
-WHERE s.next_run_at <= now() AND NOT s.paused
+WHERE s.next_run_at <= coalesce(%(now)s::timestamptz, now()) AND NOT s.paused
 ORDER BY s.next_run_at
 LIMIT %(limit)s
 FOR UPDATE OF s SKIP LOCKED
@@ -74,7 +75,7 @@ class Fired:
     tasks: int = 0
 
 
-def fire_due(limit: int = FIRE_BATCH) -> Fired:
+def fire_due(limit: int = FIRE_BATCH, *, now: datetime | None = None) -> Fired:
     """Fire every due schedule (up to ``limit`` of them) in one transaction.
 
     1. Lock the due schedules (``SKIP LOCKED``: another process has the rest).
@@ -86,14 +87,14 @@ def fire_due(limit: int = FIRE_BATCH) -> Fired:
     """
     with transaction.atomic():
         with connection.cursor() as cursor:
-            cursor.execute(DUE_SCHEDULES, {"limit": limit})
+            cursor.execute(DUE_SCHEDULES, {"limit": limit, "now": now})
             due = cursor.fetchall()
         if not due:
             return Fired()
-        now = due[0][1]
+        clock = due[0][1]
         tasks = 0
         for schedule in Schedule.objects.select_related("queue").filter(id__in=[row[0] for row in due]):
-            tasks += _fire(schedule, now)
+            tasks += _fire(schedule, clock)
     return Fired(schedules=len(due), tasks=tasks)
 
 
@@ -160,7 +161,7 @@ def _enqueue_fire(schedule: Schedule, fire_time: datetime) -> uuid.UUID | None:
             "queue": schedule.queue.name,
             "fire_time": fire_time.isoformat(),
             "task_id": str(row["id"]),
-            "created": created,
+            "new_task": created,
         },
     )
     return row["id"]  # type: ignore[no-any-return]
