@@ -19,7 +19,7 @@ from rest_framework import serializers as drf_serializers
 
 from queues.errors import QueueNotFound, ScheduleNameTaken, ScheduleNotFound
 from queues.models import Queue, Schedule
-from queues.schedules import firing
+from queues.schedules import planning
 
 # Queue and schedule names alike; anything else (a NUL, which Postgres refuses in text) is simply unknown.
 NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
@@ -47,7 +47,7 @@ def create_schedule(fields: dict[str, Any]) -> Schedule:
     schedule = Schedule(queue=_queue(fields.pop("queue")), **fields)
     try:
         with transaction.atomic():
-            schedule.next_run_at = firing.planned_next_run(schedule)
+            schedule.next_run_at = planning.planned_next_run(schedule)
             schedule.save(force_insert=True)
     except IntegrityError as exc:
         if isinstance(exc.__cause__, UniqueViolation):
@@ -78,7 +78,7 @@ def update_schedule(name: str, fields: dict[str, Any]) -> Schedule:
         if "queue" in fields:
             schedule.queue = _queue(fields["queue"])
         if [getattr(schedule, attr) for attr in PLANNING_FIELDS] != before:
-            schedule.next_run_at = firing.planned_next_run(schedule)
+            schedule.next_run_at = planning.planned_next_run(schedule)
         schedule.save()
     return schedule
 

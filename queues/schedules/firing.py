@@ -24,6 +24,7 @@ from queues import lifecycle
 from queues.errors import IdempotencyConflict
 from queues.models import Schedule
 from queues.schedules import timing
+from queues.schedules.planning import timing_of
 
 logger = logging.getLogger("taskforge.schedules")
 
@@ -44,28 +45,6 @@ LIMIT %(limit)s
 FOR UPDATE OF s SKIP LOCKED
 FOR KEY SHARE OF q SKIP LOCKED
 """
-
-DATABASE_NOW = "SELECT now()"
-
-
-def database_now() -> datetime:
-    """Postgres' clock (the start of the current transaction)."""
-    with connection.cursor() as cursor:
-        cursor.execute(DATABASE_NOW)
-        (now,) = cursor.fetchone()  # type: ignore[misc]
-    return now  # type: ignore[no-any-return]
-
-
-def timing_of(schedule: Schedule) -> timing.Timing:
-    return timing.Timing(cron=schedule.cron, every_seconds=schedule.every_seconds, timezone=schedule.timezone)
-
-
-def planned_next_run(schedule: Schedule) -> datetime | None:
-    """The ``next_run_at`` a schedule gets when created or changed: its first fire time from now, null while paused."""
-    if schedule.paused:
-        return None
-    return timing.next_fire(timing_of(schedule), database_now())
-
 
 @dataclass(frozen=True)
 class Fired:

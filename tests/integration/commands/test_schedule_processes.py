@@ -14,7 +14,7 @@ import pytest
 
 from queues.api.schedule_changes import create_schedule
 from queues.models import Schedule, Task
-from queues.schedules import firing
+from queues.schedules import planning
 from taskforge.dev import launcher
 from tests.factories import QueueFactory
 
@@ -51,7 +51,7 @@ def test_two_schedulers_with_kills_and_restarts_fire_each_time_exactly_once(live
     assert steady.poll() is None and victim.poll() is None, live_stack.output()
     # Pausing ends the window: nothing fires after it (next_run_at null), and the last fire is known.
     Schedule.objects.update(paused=True, next_run_at=None)
-    until = firing.database_now()
+    until = planning.database_now()
     live_stack.stop()
 
     for name in names:
