@@ -30,7 +30,18 @@ PLANNING_FIELDS = ("cron", "every_seconds", "timezone", "paused")
 class ScheduleForm(forms.ModelForm):
     class Meta:
         model = Schedule
-        fields = ("name", "queue", "cron", "every_seconds", "timezone", "payload", "kind", "priority", "paused", "catch_up")
+        fields = (
+            "name",
+            "queue",
+            "cron",
+            "every_seconds",
+            "timezone",
+            "payload",
+            "kind",
+            "priority",
+            "paused",
+            "catch_up",
+        )
         help_texts = {
             "cron": "5 fields (minute hour day month weekday), or 6 with seconds first. Leave empty with an interval.",
             "every_seconds": "Fire every N seconds (1-86400), counted from 1970-01-01T00:00:00Z. Empty with cron.",

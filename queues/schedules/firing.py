@@ -46,6 +46,7 @@ FOR UPDATE OF s SKIP LOCKED
 FOR KEY SHARE OF q SKIP LOCKED
 """
 
+
 @dataclass(frozen=True)
 class Fired:
     """What one pass over the due schedules did."""

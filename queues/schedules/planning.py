@@ -22,7 +22,7 @@ def database_now() -> datetime:
     """Postgres' clock (the start of the current transaction)."""
     with connection.cursor() as cursor:
         cursor.execute(DATABASE_NOW)
-        (now,) = cursor.fetchone()  # type: ignore[misc]
+        (now,) = cursor.fetchone()
     return now  # type: ignore[no-any-return]
 
 

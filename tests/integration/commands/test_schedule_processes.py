@@ -58,7 +58,9 @@ def test_two_schedulers_with_kills_and_restarts_fire_each_time_exactly_once(live
         fires = _fire_times(name)
         assert fires, live_stack.output()
         # Every second from the first planned fire to the last one, each once.
-        expected = [first[name] + timedelta(seconds=i) for i in range(int((fires[-1] - first[name]).total_seconds()) + 1)]
+        expected = [
+            first[name] + timedelta(seconds=i) for i in range(int((fires[-1] - first[name]).total_seconds()) + 1)
+        ]
         assert fires == expected, (name, sorted(set(expected) - set(fires)), live_stack.output()[-3000:])
         # The window really ran to the end (a fire at most a couple of ticks behind the pause).
         assert until - fires[-1] <= timedelta(seconds=3), (name, until, fires[-1])

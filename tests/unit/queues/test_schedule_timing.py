@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from itertools import pairwise
 from zoneinfo import ZoneInfo
 
 import pytest
@@ -155,7 +156,7 @@ def test_backward_iteration_agrees_across_the_changes():
 def test_fire_times_are_increasing_and_unique_over_a_year_of_changes():
     for zone in (BERLIN, NEW_YORK, "Australia/Lord_Howe"):  # Lord Howe moves by 30 minutes
         fires = upcoming(Timing(cron="*/30 * * * *", timezone=zone), utc(2026, 1, 1), 2 * 24 * 366)
-        assert all(a < b for a, b in zip(fires, fires[1:], strict=False))
+        assert all(a < b for a, b in pairwise(fires))
 
 
 # --- every_seconds -------------------------------------------------------------------------------
@@ -164,7 +165,10 @@ def test_fire_times_are_increasing_and_unique_over_a_year_of_changes():
 def test_intervals_count_from_the_epoch_whatever_the_zone():
     hourly = Timing(every_seconds=3600, timezone=BERLIN)
     assert next_fire(hourly, utc(2026, 3, 29, 0, 59, 59)) == utc(2026, 3, 29, 1, 0)
-    assert upcoming(Timing(every_seconds=7), utc(1970, 1, 1), 2) == [utc(1970, 1, 1, 0, 0, 7), utc(1970, 1, 1, 0, 0, 14)]
+    assert upcoming(Timing(every_seconds=7), utc(1970, 1, 1), 2) == [
+        utc(1970, 1, 1, 0, 0, 7),
+        utc(1970, 1, 1, 0, 0, 14),
+    ]
     assert next_fire(Timing(every_seconds=1), utc(2026, 5, 20, 12, 0, 0, 1)) == utc(2026, 5, 20, 12, 0, 1)
 
 
