@@ -6,6 +6,9 @@ taken from the views when the document is built.
 
 from __future__ import annotations
 
+from typing import Any
+
+from drf_spectacular.extensions import OpenApiSerializerFieldExtension
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiExample, OpenApiParameter, OpenApiResponse, extend_schema, extend_schema_view
 from rest_framework import serializers
@@ -17,6 +20,15 @@ from queues.schedules import timing
 SCHEDULE_NAME = OpenApiParameter(
     "name", OpenApiTypes.STR, OpenApiParameter.PATH, description="The schedule's name (1-64 letters, digits, - or _)."
 )
+
+
+class StrictChoiceFieldSchema(OpenApiSerializerFieldExtension):
+    """A choice given as a string: an enum of strings (``catch_up``)."""
+
+    target_class = "queues.api.schedule_inputs.StrictChoiceField"
+
+    def map_serializer_field(self, auto_schema: Any, direction: str) -> dict[str, Any]:
+        return {"type": "string", "enum": list(self.target.choices)}
 
 
 class Schedule(serializers.Serializer):
