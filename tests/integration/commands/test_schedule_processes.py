@@ -52,7 +52,8 @@ def test_two_schedulers_with_kills_and_restarts_fire_each_time_exactly_once(live
     # Pausing ends the window: nothing fires after it (next_run_at null), and the last fire is known.
     Schedule.objects.update(paused=True, next_run_at=None)
     until = planning.database_now()
-    live_stack.stop()
+    # Both loops stop on SIGTERM with exit code 0 (the restarted one included).
+    assert launcher.terminate_all([steady, victim], grace=15) == [0, 0], live_stack.output()
 
     for name in names:
         fires = _fire_times(name)
@@ -62,7 +63,7 @@ def test_two_schedulers_with_kills_and_restarts_fire_each_time_exactly_once(live
             first[name] + timedelta(seconds=i) for i in range(int((fires[-1] - first[name]).total_seconds()) + 1)
         ]
         assert fires == expected, (name, sorted(set(expected) - set(fires)), live_stack.output()[-3000:])
-        # The window really ran to the end (a fire at most a couple of ticks behind the pause).
-        assert until - fires[-1] <= timedelta(seconds=3), (name, until, fires[-1])
+        # The window really ran to the end (the last fire a few ticks at most before the pause).
+        assert until - fires[-1] <= timedelta(seconds=5), (name, until, fires[-1])
         assert len(fires) >= RUN_SECONDS - 5
     assert Task.objects.count() == sum(len(_fire_times(name)) for name in names)
