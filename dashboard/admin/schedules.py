@@ -143,12 +143,16 @@ class ScheduleAdmin(admin.ModelAdmin):
     # --- saving --------------------------------------------------------------------------
 
     def save_model(self, request: HttpRequest, obj: Schedule, form: forms.ModelForm, change: bool) -> None:
-        if not change or any(name in form.changed_data for name in PLANNING_FIELDS):
-            with transaction.atomic():
+        replan = not change or any(name in form.changed_data for name in PLANNING_FIELDS)
+        with transaction.atomic():
+            if replan:
                 obj.next_run_at = planning.planned_next_run(obj)
-                super().save_model(request, obj, form, change)
-            return
-        super().save_model(request, obj, form, change)
+            if not change:
+                obj.save()
+                return
+            # Only what the form changed: the loop may have advanced next_run_at and
+            # last_run_at since this form was loaded, and a whole-row save would put them back.
+            obj.save(update_fields=[*form.changed_data, "updated_at", *(["next_run_at"] if replan else [])])
 
     # --- actions -------------------------------------------------------------------------
 

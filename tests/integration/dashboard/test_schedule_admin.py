@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 from django.contrib.admin.models import LogEntry
 
@@ -127,3 +129,17 @@ def test_a_paused_schedule_still_shows_when_it_would_fire(staff_client):
     html = staff_client.get(URL).content.decode()
     assert "paused: times if resumed now" in html
     assert html.count("<li><time") == 5
+
+
+def test_an_edit_keeps_what_the_loop_wrote_since_the_form_was_loaded(staff_client):
+    schedule = _schedule("s", every_seconds=60, payload={"v": 1})
+    staff_client.get(f"{URL}{schedule.pk}/change/")
+    advanced = schedule.next_run_at + timedelta(minutes=5)
+    Schedule.objects.filter(pk=schedule.pk).update(next_run_at=advanced, last_task_id=schedule.pk)
+    response = staff_client.post(
+        f"{URL}{schedule.pk}/change/",
+        _form(schedule.queue, name="s", cron="", every_seconds=60, timezone="UTC", payload='{"v": 2}'),
+    )
+    assert response.status_code == 302, response.content.decode()[:3000]
+    schedule.refresh_from_db()
+    assert (schedule.payload, schedule.next_run_at, schedule.last_task_id) == ({"v": 2}, advanced, schedule.pk)
