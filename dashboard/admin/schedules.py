@@ -44,7 +44,7 @@ class ScheduleForm(forms.ModelForm):
         )
         help_texts = {
             "cron": "5 fields (minute hour day month weekday), or 6 with seconds first. Leave empty with an interval.",
-            "every_seconds": "Fire every N seconds (1-86400), counted from 1970-01-01T00:00:00Z. Empty with cron.",
+            "every_seconds": "Fire every N seconds (1-86400), the first time N seconds from now. Empty with cron.",
             "timezone": "IANA name (UTC, Europe/Berlin, ...): the zone the cron expression is read in.",
         }
 

@@ -38,7 +38,8 @@ class Schedule(serializers.Serializer):
         allow_null=True, help_text="5 fields, or 6 with seconds first; null when every_seconds is set."
     )
     every_seconds = serializers.IntegerField(
-        allow_null=True, help_text="Fire every N seconds (1-86400), counted from 1970-01-01T00:00:00Z; null with cron."
+        allow_null=True,
+        help_text="Fire every N seconds (1-86400), the first time N seconds after creation; null with cron.",
     )
     timezone = serializers.CharField(help_text="The IANA time zone the cron expression is read in.")
     payload = ObjectField(help_text="Each task's payload.")

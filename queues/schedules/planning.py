@@ -26,22 +26,35 @@ def database_now() -> datetime:
     return now  # type: ignore[no-any-return]
 
 
-def timing_of(schedule: Schedule) -> timing.Timing:
-    return timing.Timing(cron=schedule.cron, every_seconds=schedule.every_seconds, timezone=schedule.timezone)
+def timing_of(schedule: Schedule, *, anchor: datetime | None = None) -> timing.Timing:
+    """The schedule's timing; an interval's series runs through ``anchor``, else through ``next_run_at``."""
+    anchor = anchor or schedule.next_run_at
+    return timing.Timing(
+        cron=schedule.cron,
+        every_seconds=schedule.every_seconds,
+        timezone=schedule.timezone,
+        anchor=timing.whole_seconds(anchor) if anchor is not None else timing.EPOCH,
+    )
+
+
+def first_fire(schedule: Schedule, now: datetime) -> datetime:
+    """The first fire time of a schedule (re)planned at ``now``: the next cron match, or one interval on."""
+    if schedule.every_seconds is not None:
+        return timing.whole_seconds(now) + timedelta(seconds=schedule.every_seconds)
+    return timing.next_fire(timing_of(schedule), now)
 
 
 def planned_next_run(schedule: Schedule) -> datetime | None:
     """The ``next_run_at`` a schedule gets when created or changed: its first fire time from now, null while paused."""
     if schedule.paused:
         return None
-    return timing.next_fire(timing_of(schedule), database_now())
+    return first_fire(schedule, database_now())
 
 
 def upcoming_fires(schedule: Schedule, count: int) -> list[datetime]:
-    """The next ``count`` fire times: from ``next_run_at`` on, or from now for a paused schedule."""
-    if schedule.next_run_at is not None:
-        return timing.upcoming(timing_of(schedule), schedule.next_run_at - timedelta(microseconds=1), count)
-    return timing.upcoming(timing_of(schedule), database_now(), count)
+    """The next ``count`` fire times: from ``next_run_at`` on, or as if resumed now for a paused schedule."""
+    start = schedule.next_run_at or first_fire(schedule, database_now())
+    return [start, *timing.upcoming(timing_of(schedule, anchor=start), start, count - 1)]
 
 
 def set_paused(schedule_ids: Iterable[object], *, paused: bool) -> list[Schedule]:

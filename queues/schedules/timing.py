@@ -9,9 +9,11 @@ caller passes Postgres' ``now()``. Fire times are whole seconds in UTC.
   wall time that a daylight-saving gap skips fires once, at the first instant
   after the gap; a wall time that a fall-back repeats fires once, at its first
   occurrence.
-* ``every_seconds`` fires at the multiples of the interval counted from
-  1970-01-01T00:00:00Z (``3600`` fires on the hour), so every process computes
-  the same fire times and the time zone does not matter.
+* ``every_seconds`` fires every that many seconds from an anchor, one of its
+  fire times: the schedule's ``next_run_at``, stored, so every process
+  computes the same fire times (the first one is planned ``every_seconds``
+  after the schedule is created, re-timed or resumed). The time zone does not
+  matter.
 * Fire times due by at most :data:`LATE_GRACE_SECONDS` are late, not missed:
   each fires (a scheduler a little behind, or restarting, loses none).
   Older ones were missed while no scheduler ran, and ``catch_up`` decides:
@@ -52,6 +54,8 @@ class Timing:
     cron: str | None = None
     every_seconds: int | None = None
     timezone: str = "UTC"
+    #: A fire time of an interval schedule: its series runs through it (ignored with cron).
+    anchor: datetime = EPOCH
 
 
 def check_cron(expression: str) -> str:
@@ -156,8 +160,8 @@ def _count_at_most(timing: Timing, floor: datetime, now: datetime, cap: int) -> 
     """How many fire times lie in ``[floor, now]``, counted up to ``cap``."""
     if timing.every_seconds is not None:
         step = _interval_us(timing.every_seconds)
-        first = -(-_us(floor) // step)
-        last = _us(now) // step
+        first = -(-_us(floor, timing.anchor) // step)
+        last = _us(now, timing.anchor) // step
         return max(0, min(cap, last - first + 1))
     count = 0
     for fire in _forward(timing, floor - _MICROSECOND):
@@ -170,8 +174,8 @@ def _count_at_most(timing: Timing, floor: datetime, now: datetime, cap: int) -> 
 # --- iteration -------------------------------------------------------------------------------------
 
 
-def _us(at: datetime) -> int:
-    return (at - EPOCH) // _MICROSECOND
+def _us(at: datetime, anchor: datetime) -> int:
+    return (at - anchor) // _MICROSECOND
 
 
 def _interval_us(every_seconds: int) -> int:
@@ -181,9 +185,9 @@ def _interval_us(every_seconds: int) -> int:
 def _forward(timing: Timing, after: datetime) -> Iterator[datetime]:
     if timing.every_seconds is not None:
         step = _interval_us(timing.every_seconds)
-        k = _us(after) // step + 1
+        k = _us(after, timing.anchor) // step + 1
         while True:
-            yield EPOCH + k * step * _MICROSECOND
+            yield timing.anchor + k * step * _MICROSECOND
             k += 1
     zone, expr = _cron(timing)
     previous = after
@@ -201,9 +205,9 @@ def _backward(timing: Timing, before: datetime) -> Iterator[datetime]:
     """Fire times strictly before ``before``, latest first (stops at the epoch)."""
     if timing.every_seconds is not None:
         step = _interval_us(timing.every_seconds)
-        k = -(-_us(before) // step) - 1
-        while k >= 0:
-            yield EPOCH + k * step * _MICROSECOND
+        k = -(-_us(before, timing.anchor) // step) - 1
+        while (fire := timing.anchor + k * step * _MICROSECOND) >= EPOCH:
+            yield fire
             k -= 1
         return
     zone, expr = _cron(timing)

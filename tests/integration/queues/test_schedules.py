@@ -91,12 +91,15 @@ def test_catch_up_policies_for_fire_times_missed_while_no_scheduler_ran(catch_up
 
 
 def test_catch_up_all_enqueues_at_most_100_the_latest():
+    # The interval's series runs through next_run_at (xx:xx:30 here), so NOW itself is a fire time.
     schedule = make_schedule(next_run_at=NOW - timedelta(days=2), catch_up="all")
     assert schedules.run_once(now=NOW).tasks == 100
     found = keys(schedule)
     assert len(found) == 100
-    assert found[-1] == key("s", "2026-05-20T12:00:00Z")
-    assert found[0] == key("s", "2026-05-20T10:21:00Z")
+    assert found[-1] == key("s", "2026-05-20T12:00:30Z")
+    assert found[0] == key("s", "2026-05-20T10:21:30Z")
+    schedule.refresh_from_db()
+    assert schedule.next_run_at == datetime(2026, 5, 20, 12, 1, 30, tzinfo=UTC)
 
 
 def test_firing_the_same_fire_times_again_creates_nothing():

@@ -162,7 +162,23 @@ def test_fire_times_are_increasing_and_unique_over_a_year_of_changes():
 # --- every_seconds -------------------------------------------------------------------------------
 
 
-def test_intervals_count_from_the_epoch_whatever_the_zone():
+def test_an_interval_series_runs_through_its_anchor():
+    every_90 = Timing(every_seconds=90, anchor=utc(2026, 5, 20, 12, 0, 7))
+    assert upcoming(every_90, utc(2026, 5, 20, 12, 0, 7), 2) == [
+        utc(2026, 5, 20, 12, 1, 37),
+        utc(2026, 5, 20, 12, 3, 7),
+    ]
+    assert next_fire(every_90, utc(2026, 5, 20, 11, 59)) == utc(2026, 5, 20, 12, 0, 7)
+    assert fires_before(every_90, utc(2026, 5, 20, 12, 0, 7), utc(2026, 5, 20, 11, 57), 10) == [
+        utc(2026, 5, 20, 11, 57, 7),
+        utc(2026, 5, 20, 11, 58, 37),
+    ]
+    plan = due_fires(every_90, utc(2026, 5, 20, 12, 0, 7), utc(2026, 5, 20, 12, 3, 30), "all")
+    assert plan.fires == [utc(2026, 5, 20, 12, 0, 7), utc(2026, 5, 20, 12, 1, 37), utc(2026, 5, 20, 12, 3, 7)]
+    assert plan.next_run_at == utc(2026, 5, 20, 12, 4, 37)
+
+
+def test_without_an_anchor_intervals_count_from_the_epoch_whatever_the_zone():
     hourly = Timing(every_seconds=3600, timezone=BERLIN)
     assert next_fire(hourly, utc(2026, 3, 29, 0, 59, 59)) == utc(2026, 3, 29, 1, 0)
     assert upcoming(Timing(every_seconds=7), utc(1970, 1, 1), 2) == [
