@@ -10,11 +10,11 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 from django.core.management import call_command
-from django.db import connection
+from django.db import connection, transaction
 
 from queues.loops import schedules
 from queues.management.commands import run_scheduler, run_schedules
-from queues.models import Schedule, Task
+from queues.models import Queue, Schedule, Task
 from queues.schedules import firing
 from tests.factories import QueueFactory, TaskFactory
 
@@ -210,3 +210,37 @@ def test_concurrent_passes_fire_each_schedule_once():
     # 30 s late: 12:00:00 ... due once each (a 60 s interval), one task per schedule and fire time.
     assert Task.objects.count() == 20
     assert len(set(Task.objects.values_list("queue_id", "idempotency_key"))) == 20
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_pass_skips_a_schedule_whose_queue_is_locked_instead_of_waiting():
+    # A queue being changed or deleted holds its row FOR UPDATE; the pass must not wait for it
+    # (a queue delete locks the queue, then its schedules: waiting here could deadlock).
+    locked = make_schedule("locked", next_run_at=datetime(2026, 5, 20, 12, 0, tzinfo=UTC))
+    free = make_schedule("free", next_run_at=datetime(2026, 5, 20, 12, 0, tzinfo=UTC))
+    holding, release = threading.Event(), threading.Event()
+
+    def hold_queue_lock() -> None:
+        try:
+            with transaction.atomic():
+                Queue.objects.select_for_update().get(pk=locked.queue_id)
+                holding.set()
+                release.wait(10)
+        finally:
+            connection.close()
+
+    holder = threading.Thread(target=hold_queue_lock)
+    holder.start()
+    try:
+        assert holding.wait(10)
+        with connection.cursor() as cursor:
+            cursor.execute("SET lock_timeout = '2s'")  # a wait would fail the test, not hang it
+        assert schedules.run_once(now=NOW) == schedules.Pass(schedules=1, tasks=1)
+        assert keys(free) == [key("free", "2026-05-20T12:00:00Z")] and keys(locked) == []
+    finally:
+        release.set()
+        holder.join()
+        with connection.cursor() as cursor:
+            cursor.execute("RESET lock_timeout")
+    assert schedules.run_once(now=NOW) == schedules.Pass(schedules=1, tasks=1)
+    assert keys(locked) == [key("locked", "2026-05-20T12:00:00Z")]
