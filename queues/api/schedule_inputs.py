@@ -71,6 +71,10 @@ class ScheduleUpdateSerializer(StrictSerializer):
         return value
 
 
+class ScheduleTriggerSerializer(StrictSerializer):
+    """A trigger takes no fields: no body, or ``{}`` (a field, say a payload override, is a 400 naming it)."""
+
+
 class ScheduleCreateSerializer(ScheduleUpdateSerializer):
     name = StrictCharField(max_length=64, validators=[schedule_name_validator], trim_whitespace=False)
     queue = StrictCharField(max_length=64, trim_whitespace=False)

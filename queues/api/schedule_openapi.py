@@ -138,7 +138,8 @@ schedule_trigger_schema = extend_schema_view(
         summary="Run a schedule once now",
         description=(
             "Enqueues one task as a fire would, without an idempotency key (each trigger is a task of its own); "
-            "`next_run_at` does not change. Works on paused schedules too. No body is needed."
+            "`next_run_at` does not change. Works on paused schedules too. No body is needed "
+            "(`{}` is fine; any field is a 400)."
         ),
         parameters=[SCHEDULE_NAME],
         request=None,

@@ -11,7 +11,7 @@ from rest_framework.views import APIView
 
 from queues.api import outputs, schedule_openapi
 from queues.api.schedule_changes import create_schedule, delete_schedule, schedule_or_404, update_schedule
-from queues.api.schedule_inputs import ScheduleCreateSerializer, ScheduleUpdateSerializer
+from queues.api.schedule_inputs import ScheduleCreateSerializer, ScheduleTriggerSerializer, ScheduleUpdateSerializer
 from queues.apikeys import Role
 from queues.models import Schedule
 from queues.schedules import firing
@@ -61,6 +61,7 @@ class ScheduleTriggerView(APIView):
 
     def post(self, request: Request, name: str) -> Response:
         schedule = schedule_or_404(name)
+        _validated(ScheduleTriggerSerializer, request.data)
         row = firing.trigger(schedule)
         audit.record("schedule.triggered", audit.api_actor(request), f"schedule {name!r} triggered", task_id=row["id"])
         return Response(outputs.task(row, schedule.queue.name), status=201)

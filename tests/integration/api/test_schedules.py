@@ -392,6 +392,15 @@ def test_trigger_enqueues_one_task_now(admin_api, producer, reports):
     assert second.status_code == 201 and second.json()["id"] != task["id"]
 
 
+def test_trigger_takes_no_body_or_an_empty_object_and_refuses_fields(admin_api, reports):
+    create(admin_api, name="s", queue="reports", every_seconds=60)
+    assert admin_api.post("/schedules/s/trigger", {}, format="json").status_code == 201
+    error = assert_error(admin_api.post("/schedules/s/trigger", {"payload": {"x": 1}}, format="json"), 400)
+    assert list(error["fields"]) == ["payload"]
+    assert_error(admin_api.post("/schedules/s/trigger", [1], format="json"), 400, "validation_error")
+    assert Task.objects.count() == 1
+
+
 def test_trigger_works_on_a_paused_schedule(admin_api, reports):
     create(admin_api, name="s", queue="reports", every_seconds=60, paused=True)
     assert admin_api.post("/schedules/s/trigger").status_code == 201
