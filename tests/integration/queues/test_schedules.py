@@ -12,11 +12,13 @@ import pytest
 from django.core.management import call_command
 from django.db import connection, transaction
 
+import taskforge.infra.redis
 from queues.loops import schedules
 from queues.management.commands import run_scheduler, run_schedules
 from queues.models import Queue, Schedule, Task
 from queues.schedules import firing
 from tests.factories import QueueFactory, TaskFactory
+from tests.live import free_port
 
 pytestmark = pytest.mark.django_db
 
@@ -244,3 +246,13 @@ def test_a_pass_skips_a_schedule_whose_queue_is_locked_instead_of_waiting():
             cursor.execute("RESET lock_timeout")
     assert schedules.run_once(now=NOW) == schedules.Pass(schedules=1, tasks=1)
     assert keys(locked) == [key("locked", "2026-05-20T12:00:00Z")]
+
+
+def test_schedules_fire_with_redis_down(settings, monkeypatch, django_capture_on_commit_callbacks):
+    # Postgres is the truth: the tasks are created; the lanes catch up from Postgres later.
+    monkeypatch.setattr(settings, "REDIS_URL", f"redis://127.0.0.1:{free_port()}/0")
+    monkeypatch.setattr(taskforge.infra.redis, "_client", None)
+    schedule = make_schedule(next_run_at=datetime(2026, 5, 20, 12, 0, tzinfo=UTC))
+    with django_capture_on_commit_callbacks(execute=True):
+        assert schedules.run_once(now=NOW).tasks == 1
+    assert keys(schedule) == [key("s", "2026-05-20T12:00:00Z")]
