@@ -293,8 +293,8 @@ class ApiKey(models.Model):
 class Schedule(models.Model):
     """A periodic schedule: at each fire time, one task into ``queue`` (see ``queues.schedules``).
 
-    ``next_run_at`` is written by ``queues.schedules`` only: on create, when the
-    timing or ``paused`` changes, and by the loop after each fire; null while paused.
+    ``next_run_at`` comes from ``queues.schedules`` only (``planning`` on create,
+    when the timing or ``paused`` changes; the loop after each fire); null while paused.
     """
 
     class CatchUp(models.TextChoices):
