@@ -22,6 +22,22 @@ class TaskNotFound(DomainError):
         super().__init__(f"task {task_id} does not exist")
 
 
+class ScheduleNotFound(DomainError):
+    status_code = 404
+    code = "not_found"
+
+    def __init__(self, name: str) -> None:
+        super().__init__(f"schedule {name!r} does not exist")
+
+
+class ScheduleNameTaken(DomainError):
+    status_code = 409
+    code = "conflict"
+
+    def __init__(self, name: str) -> None:
+        super().__init__(f"schedule {name!r} already exists")
+
+
 class LeaseLost(DomainError):
     status_code = 409
     code = "lease_lost"

@@ -26,6 +26,10 @@ def _default_retry_max_delay_ms() -> int:
 
 
 queue_name_validator = RegexValidator(r"^[A-Za-z0-9_-]{1,64}$", "Queue names are 1-64 letters, digits, '-' or '_'.")
+# Schedules follow the queue-name rules: they appear in paths and in their tasks' idempotency keys.
+schedule_name_validator = RegexValidator(
+    r"^[A-Za-z0-9_-]{1,64}$", "Schedule names are 1-64 letters, digits, '-' or '_'."
+)
 TASK_KIND_PATTERN = r"^[A-Za-z0-9._:-]{1,128}$"
 task_kind_validator = RegexValidator(TASK_KIND_PATTERN, "A kind is 1-128 letters, digits, '.', '_', '-' or ':'.")
 
@@ -324,3 +328,63 @@ class ApiKey(models.Model):
     @property
     def is_active(self) -> bool:
         return self.revoked_at is None
+
+
+class Schedule(models.Model):
+    """A periodic schedule: at each fire time, one task into ``queue`` (see ``queues.schedules``).
+
+    ``next_run_at`` comes from ``queues.schedules`` only (``planning`` on create,
+    when the timing or ``paused`` changes; the loop after each fire); null while paused.
+    """
+
+    class CatchUp(models.TextChoices):
+        # One task for the latest fire time missed while no scheduler ran.
+        LATEST = "latest"
+        NONE = "none"
+        # One task per missed fire time, at most 100.
+        ALL = "all"
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    name = models.CharField(max_length=64, unique=True, validators=[schedule_name_validator])
+    # A queue's schedules go with it (DELETE /queues/{name} deletes them).
+    queue = models.ForeignKey(Queue, on_delete=models.CASCADE, related_name="schedules")
+    cron = models.CharField(max_length=200, null=True, blank=True)
+    every_seconds = models.PositiveIntegerField(
+        null=True, blank=True, validators=[MinValueValidator(1), MaxValueValidator(86_400)]
+    )
+    timezone = models.CharField(max_length=64, default="UTC")
+    payload = models.JSONField(default=dict, blank=True)
+    kind = models.CharField(max_length=128, null=True, blank=True, validators=[task_kind_validator])
+    priority = models.PositiveSmallIntegerField(default=5, validators=[MinValueValidator(1), MaxValueValidator(10)])
+    paused = models.BooleanField(default=False)
+    catch_up = models.CharField(max_length=8, choices=CatchUp.choices, default=CatchUp.LATEST)
+    next_run_at = models.DateTimeField(null=True, blank=True, editable=False)
+    last_run_at = models.DateTimeField(null=True, blank=True, editable=False)
+    # No foreign key: finished tasks are pruned, the schedule still names its last one.
+    last_task_id = models.UUIDField(null=True, blank=True, editable=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        db_table = "tf_schedule"
+        ordering = ["name"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(cron__isnull=False, every_seconds__isnull=True)
+                | Q(cron__isnull=True, every_seconds__isnull=False),
+                name="tf_schedule_cron_xor_every",
+            ),
+            models.CheckConstraint(
+                condition=Q(every_seconds__isnull=True) | Q(every_seconds__gte=1, every_seconds__lte=86_400),
+                name="tf_schedule_every_range",
+            ),
+            models.CheckConstraint(condition=Q(priority__gte=1, priority__lte=10), name="tf_schedule_priority_range"),
+            models.CheckConstraint(condition=Q(catch_up__in=["latest", "none", "all"]), name="tf_schedule_catch_up"),
+        ]
+        indexes = [
+            # The loop's scan for due schedules; paused ones (next_run_at null) are not in it.
+            models.Index(fields=["next_run_at"], condition=Q(next_run_at__isnull=False), name="tf_schedule_due"),
+        ]
+
+    def __str__(self) -> str:
+        return self.name

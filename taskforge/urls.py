@@ -7,6 +7,7 @@ from django.urls import URLPattern, include, re_path
 from django.views import View
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
+from queues.api import schedule_views as s
 from queues.api import views as q
 from taskforge.http.catchall import UnknownPathView
 from taskforge.ops import health
@@ -39,6 +40,9 @@ urlpatterns = [
     api(f"queues/{_NAME}/dlq/replay", q.DeadLetterBulkReplayView, "dlq-bulk-replay"),
     api(f"queues/{_NAME}/dlq/{_ID}", q.DeadLetterDetailView, "dlq-detail"),
     api(f"queues/{_NAME}/dlq/{_ID}/replay", q.DeadLetterReplayView, "dlq-replay"),
+    api("schedules", s.ScheduleListView, "schedule-list"),
+    api(f"schedules/{_NAME}", s.ScheduleDetailView, "schedule-detail"),
+    api(f"schedules/{_NAME}/trigger", s.ScheduleTriggerView, "schedule-trigger"),
     api("workers", w.WorkerListView, "worker-list"),
     api("workers/claim", w.ClaimView, "worker-claim"),
     api("workers/heartbeat", w.HeartbeatView, "worker-heartbeat"),

@@ -44,3 +44,22 @@ QUEUE_FIELDS = (
     "created_at",
     "updated_at",
 )
+
+#: The schedule object of API.md (Additions v2: periodic schedules), in its order.
+SCHEDULE_FIELDS = (
+    "name",
+    "queue",
+    "cron",
+    "every_seconds",
+    "timezone",
+    "payload",
+    "kind",
+    "priority",
+    "paused",
+    "catch_up",
+    "next_run_at",
+    "last_run_at",
+    "last_task_id",
+    "created_at",
+    "updated_at",
+)

@@ -4,6 +4,6 @@ Read-mostly: every task state change goes through ``queues.lifecycle`` (the
 actions here only pick eligible rows, ask for confirmation, call it and log).
 """
 
-from dashboard.admin import apikeys, deadletters, queues, tasks
+from dashboard.admin import apikeys, deadletters, queues, schedules, tasks
 
-__all__ = ["apikeys", "deadletters", "queues", "tasks"]
+__all__ = ["apikeys", "deadletters", "queues", "schedules", "tasks"]

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from queues.models import DeadLetterTask, Queue
+from queues.models import DeadLetterTask, Queue, Schedule
 
 TASK_FIELDS = (
     "id",
@@ -80,4 +80,24 @@ def dead_letter(entry: DeadLetterTask, queue_name: str) -> dict[str, Any]:
         "died_at": entry.died_at,
         "replayed_at": entry.replayed_at,
         "replay_count": entry.replay_count,
+    }
+
+
+def schedule(s: Schedule) -> dict[str, Any]:
+    return {
+        "name": s.name,
+        "queue": s.queue.name,
+        "cron": s.cron,
+        "every_seconds": s.every_seconds,
+        "timezone": s.timezone,
+        "payload": s.payload,
+        "kind": s.kind,
+        "priority": s.priority,
+        "paused": s.paused,
+        "catch_up": s.catch_up,
+        "next_run_at": s.next_run_at,
+        "last_run_at": s.last_run_at,
+        "last_task_id": s.last_task_id,
+        "created_at": s.created_at,
+        "updated_at": s.updated_at,
     }

@@ -87,6 +87,8 @@ def test_loops_are_management_commands_named_last():
         ("/py", "manage.py", "run_watchdog"),
     ]
     assert launcher.loop("run_watchdog", python="/py", once=True).argv[-1] == "--once"
+    assert launcher.loop("run_schedules", python="/py").argv == ("/py", "manage.py", "run_schedules")
+    assert "run_schedules" not in launcher.LOOPS  # run_scheduler fires the schedules: make run needs no copy
     with pytest.raises(ValueError, match="run_scheduler"):
         launcher.loop("runserver")
 

@@ -1,4 +1,8 @@
-"""Delayed tasks and retries into the dispatch lanes on time (see queues.loops.scheduler)."""
+"""Delayed tasks and retries into the dispatch lanes on time, periodic schedules fired.
+
+See queues.loops.scheduler and queues.loops.schedules: the schedules run with
+the Postgres tier, every ``TASKFORGE_SCHEDULER_TICK``.
+"""
 
 from __future__ import annotations
 
@@ -6,16 +10,20 @@ import time
 
 from django.conf import settings
 
-from queues.loops import scheduler
+from queues.loops import scheduler, schedules
 from taskforge.infra.loop import LoopCommand
 
 
 class Command(LoopCommand):
-    help = "Run the scheduler loop: promote due retries, move due tasks into the dispatch lanes."
+    help = (
+        "Run the scheduler loop: promote due retries, move due tasks into the dispatch lanes, "
+        "fire due periodic schedules."
+    )
     loop_name = "scheduler"
     interval = scheduler.FAST_TICK_SECONDS
     next_slow_tier = 0.0  # time.monotonic() when the Postgres tier is due
     last = scheduler.Pass()
+    last_schedules = schedules.Pass()
 
     def tick(self) -> int:
         now = time.monotonic()
@@ -23,10 +31,12 @@ class Command(LoopCommand):
         if slow:
             self.next_slow_tier = now + settings.TASKFORGE_SCHEDULER_TICK
         self.last = scheduler.run_once(slow=slow)
-        return self.last.handled
+        self.last_schedules = schedules.run_once() if slow else schedules.Pass()
+        return self.last.handled + self.last_schedules.handled
 
     def more_work_pending(self, handled: int) -> bool:
-        if self.last.full_batch:  # more retries are due: the slow tier again at once
+        # More retries or schedules are due: the slow tier again at once.
+        if self.last.full_batch or self.last_schedules.full_batch:
             self.next_slow_tier = 0.0
             return True
         return False

@@ -22,7 +22,8 @@ from openapi_spec_validator import validate as validate_spec
 from queues.api import outputs
 from queues.api.openapi_components import ERROR_CODES
 from queues.apikeys import HasRole
-from queues.models import ApiKey, DeadLetterTask, Queue, Status
+from queues.models import ApiKey, DeadLetterTask, Queue, Schedule, Status
+from tests.contract import SCHEDULE_FIELDS
 from tests.factories import QueueFactory, TaskFactory
 
 # Every endpoint of the HTTP contract, with its methods.
@@ -39,6 +40,9 @@ CONTRACT: dict[str, set[str]] = {
     "/queues/{name}/dlq/{id}/replay": {"post"},
     "/queues/{name}/dlq/replay": {"post"},
     "/queues/{name}/dlq/{id}": {"delete"},
+    "/schedules": {"get", "post"},
+    "/schedules/{name}": {"get", "patch", "delete"},
+    "/schedules/{name}/trigger": {"post"},
     "/workers": {"get"},
     "/workers/claim": {"post"},
     "/workers/heartbeat": {"post"},
@@ -75,6 +79,12 @@ CONTRACT_ROLES: dict[tuple[str, str], str] = {
     ("/queues/{}/dlq/{}/replay", "post"): "admin",
     ("/queues/{}/dlq/replay", "post"): "admin",
     ("/queues/{}/dlq/{}", "delete"): "admin",
+    ("/schedules", "post"): "admin",
+    ("/schedules", "get"): "admin",
+    ("/schedules/{}", "get"): "admin",
+    ("/schedules/{}", "patch"): "admin",
+    ("/schedules/{}", "delete"): "admin",
+    ("/schedules/{}/trigger", "post"): "admin",
     ("/workers", "get"): "admin",
     ("/workers/claim", "post"): "worker",
     ("/workers/heartbeat", "post"): "worker",
@@ -191,6 +201,8 @@ def test_response_shapes_have_the_fields_the_views_render(document: dict[str, An
     assert set(schemas["HistoryEntry"]["properties"]) == set(outputs.history_entry(event))
     entry = DeadLetterTask(task_id=uuid.uuid4(), payload={}, attempts=1, died_at=None)
     assert set(schemas["DeadLetter"]["properties"]) == set(outputs.dead_letter(entry, "q"))
+    schedule = Schedule(name="s", queue=Queue(name="q"), every_seconds=60)
+    assert set(schemas["Schedule"]["properties"]) == set(outputs.schedule(schedule)) == set(SCHEDULE_FIELDS)
 
 
 def test_every_operation_has_its_bodies_and_errors(document: dict[str, Any]) -> None:

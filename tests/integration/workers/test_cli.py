@@ -92,6 +92,20 @@ def test_a_task_from_enqueue_to_dead_letter_and_back(taskforge: TaskForge):
     assert answer(taskforge, "replay", "cli_jobs", "--all") == {"replayed": 0}
 
 
+def test_schedules_are_listed_with_their_next_run(taskforge: TaskForge):
+    QueueFactory(name="cli_reports")
+    admin = taskforge.client()
+    assert run(taskforge, "schedules").stdout.strip() == "(none)"
+    admin._request("POST", "/schedules", json={"name": "nightly", "queue": "cli_reports", "cron": "0 3 * * *"})
+    admin._request("POST", "/schedules", json={"name": "often", "queue": "cli_reports", "every_seconds": 30})
+    header, *rows = run(taskforge, "schedules").stdout.splitlines()
+    assert header.split()[:4] == ["SCHEDULE", "QUEUE", "WHEN", "TIMEZONE"]
+    assert [row.split()[:2] for row in rows] == [["nightly", "cli_reports"], ["often", "cli_reports"]]
+    assert "0 3 * * *" in rows[0] and "every 30 s" in rows[1]
+    [nightly, often] = answer(taskforge, "schedules")
+    assert nightly["next_run_at"] and often["every_seconds"] == 30
+
+
 def test_pause_and_resume(taskforge: TaskForge):
     QueueFactory(name="cli_paused")
     assert answer(taskforge, "pause", "cli_paused")["paused"] is True

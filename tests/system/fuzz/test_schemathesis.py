@@ -25,6 +25,7 @@ from django.db import close_old_connections
 from hypothesis import HealthCheck, settings
 
 from queues.apikeys import create_key
+from queues.models import Schedule
 from tests.factories import QueueFactory, TaskFactory
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db]
@@ -72,7 +73,7 @@ def keep_test_connection():
 
 @pytest.fixture
 def world(db):
-    """One real queue with a task in each interesting state, and a key per role."""
+    """One real queue with a task in each interesting state and a schedule, and a key per role."""
     queue = QueueFactory(name="fuzz")
     tasks = [
         TaskFactory(queue=queue),
@@ -80,6 +81,8 @@ def world(db):
         TaskFactory(queue=queue, dead=True),
         TaskFactory(queue=queue, done=True),
     ]
+    # A schedule of the same name: schedule paths aimed at "fuzz" reach a real one too.
+    Schedule.objects.create(name=queue.name, queue=queue, every_seconds=3600)
     keys = {role: create_key(f"fuzz-{role}", role)[1] for role in ROLES}
     return {"queue": queue.name, "task_ids": [str(t.id) for t in tasks], "keys": keys}
 
