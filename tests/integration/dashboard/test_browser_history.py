@@ -47,3 +47,20 @@ def test_the_overview_draws_a_day_of_history(live_stack, browser_page):  # noqa:
     page.locator("#tf-history").scroll_into_view_if_needed()
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     page.locator("#tf-history").screenshot(path=str(SCREENSHOTS / "history.tmp.png"))
+
+    # The schedules page, with its next five fire times, in the same session.
+    from queues.models import Schedule
+
+    Schedule.objects.create(name="nightly-report", queue_id=_queue_id("reports"), cron="0 3 * * *",
+                            timezone="Europe/Berlin", payload={"report": "daily"}, kind="reports.nightly")  # fmt: skip
+    Schedule.objects.create(name="heartbeat-email", queue_id=_queue_id("emails"), every_seconds=300, payload={})
+    page.goto(f"{base}/admin/queues/schedule/")
+    expect(page.locator("#result_list")).to_contain_text("nightly-report")
+    expect(page.locator("#result_list")).to_contain_text("heartbeat-email")
+    page.screenshot(path=str(SCREENSHOTS / "schedules.tmp.png"))
+
+
+def _queue_id(name: str):  # type: ignore[no-untyped-def]
+    from queues.models import Queue
+
+    return Queue.objects.get(name=name).pk
