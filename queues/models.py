@@ -297,7 +297,7 @@ class DeadLetterTask(models.Model):
     class Meta:
         db_table = "tf_dead_letter"
         verbose_name = "dead-letter entry"
-        verbose_name_plural = "dead-letter queue"
+        verbose_name_plural = "dead-letter entries"  # "2 dead-letter entries", not "2 dead-letter queue"
         indexes = [models.Index(fields=["queue", "-died_at"], name="tf_dlq_queue_died")]
 
     def __str__(self) -> str:

@@ -296,6 +296,8 @@ AUTHENTICATION_BACKENDS = ["taskforge.ops.login_throttle.ThrottledModelBackend"]
 STATIC_URL = "static/"
 STATIC_ROOT = BASE_DIR / "staticfiles"
 LANGUAGE_CODE = "en-us"
+# Admin dates to the second, 24-hour (taskforge/formats/en/formats.py).
+FORMAT_MODULE_PATH = "taskforge.formats"
 TIME_ZONE = "UTC"
 USE_I18N = True
 USE_TZ = True
