@@ -22,6 +22,9 @@ class Worker(models.Model):
     last_claim_at = models.DateTimeField(null=True, blank=True)
     last_heartbeat_at = models.DateTimeField(null=True, blank=True)
     control = models.CharField(max_length=8, choices=Control.choices, null=True, blank=True)
+    # Of its latest call (at most a second old): where it runs and what it is (its User-Agent).
+    address = models.CharField(max_length=64, null=True, blank=True)
+    agent = models.CharField(max_length=200, null=True, blank=True)
     control_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:

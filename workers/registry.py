@@ -9,14 +9,18 @@ from typing import Any
 from django.conf import settings
 from django.db import connection
 
+from taskforge.http.middleware import caller_var
+
 LISTED_FOR = timedelta(minutes=10)
 
 _SEEN = """
-INSERT INTO tf_worker (worker_id, last_seen_at, last_claim_at, last_heartbeat_at)
+INSERT INTO tf_worker (worker_id, last_seen_at, last_claim_at, last_heartbeat_at, address, agent)
 VALUES (%(worker_id)s, now(),
-        CASE WHEN %(claim)s THEN now() END, CASE WHEN %(heartbeat)s THEN now() END)
+        CASE WHEN %(claim)s THEN now() END, CASE WHEN %(heartbeat)s THEN now() END, %(address)s, %(agent)s)
 ON CONFLICT (worker_id) DO UPDATE
 SET last_seen_at = now(),
+    address = coalesce(EXCLUDED.address, tf_worker.address),
+    agent = coalesce(EXCLUDED.agent, tf_worker.agent),
     last_claim_at = CASE WHEN %(claim)s THEN now() ELSE tf_worker.last_claim_at END,
     last_heartbeat_at = CASE WHEN %(heartbeat)s THEN now() ELSE tf_worker.last_heartbeat_at END
 """
@@ -26,6 +30,7 @@ SET last_seen_at = now(),
 # still claims is exactly what ``stale`` must show.
 _SELECT_WORKERS = """
 SELECT w.worker_id, w.last_seen_at, w.last_heartbeat_at, w.last_claim_at, w.control, w.control_at,
+       w.address, w.agent,
        coalesce(array_agg(t.id ORDER BY t.claimed_at) FILTER (WHERE t.id IS NOT NULL), '{}') AS current_tasks,
        count(t.id) > 0 AND coalesce(w.last_heartbeat_at, w.last_claim_at)
            < now() - make_interval(secs => %(timeout)s) AS stale,
@@ -55,7 +60,17 @@ def seen(worker_id: str, *, claim: bool = False, heartbeat: bool = False) -> Non
     if now - _written.get(key, -SEEN_RESOLUTION_SECONDS) < SEEN_RESOLUTION_SECONDS:
         return
     with connection.cursor() as cursor:
-        cursor.execute(_SEEN, {"worker_id": worker_id, "claim": claim, "heartbeat": heartbeat})
+        caller = caller_var.get()
+        cursor.execute(
+            _SEEN,
+            {
+                "worker_id": worker_id,
+                "claim": claim,
+                "heartbeat": heartbeat,
+                "address": caller.address if caller else None,
+                "agent": (caller.agent or None) if caller else None,
+            },
+        )
     if not connection.in_atomic_block:  # written for sure only once committed
         if len(_written) >= _MAX_REMEMBERED:
             _written.clear()

@@ -46,7 +46,14 @@ from django.urls import get_resolver
 
 from taskforge.http.bodycap import BodyCapMiddleware
 from taskforge.http.errors import error_answer
-from taskforge.http.middleware import log_access, request_id_for, request_id_var, unreadable_body
+from taskforge.http.middleware import (
+    caller_of,
+    caller_var,
+    log_access,
+    request_id_for,
+    request_id_var,
+    unreadable_body,
+)
 from taskforge.http.parsers import StrictJSONParser
 from taskforge.http.renderers import FastJSONRenderer
 from taskforge.infra import rowcache
@@ -221,6 +228,14 @@ class LeanEdge:
         body: bytes = message.get("body", b"")
         request_id = request_id_for(headers.get(b"x-request-id", b"").decode("latin-1"))
         token = request_id_var.set(request_id)
+        client = scope.get("client")
+        caller = caller_var.set(
+            caller_of(
+                client[0] if client else "-",
+                headers.get(b"x-forwarded-for", b"").decode("latin-1"),
+                headers.get(b"user-agent", b"").decode("latin-1"),
+            )
+        )
         try:
             refusal = unreadable_body(
                 headers.get(b"content-encoding", b"").decode("latin-1").strip().lower(),
@@ -268,6 +283,7 @@ class LeanEdge:
             secure = self._secure(scope, headers)
             record_request(scope["method"], view_name, status, len(body), content, started, secure=secure)
         finally:
+            caller_var.reset(caller)
             request_id_var.reset(token)
 
     async def in_thread(self, work: Callable[[], T]) -> T:

@@ -13,14 +13,34 @@ import re
 import time
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse, JsonResponse
 
 from taskforge.http.errors import error_body
 from taskforge.infra import rowcache
+from taskforge.ops.client_address import address_of
 
 request_id_var: contextvars.ContextVar[str | None] = contextvars.ContextVar("request_id", default=None)
+
+
+@dataclass(frozen=True)
+class Caller:
+    """Who sent the request in hand: its address (trusted proxies honoured) and its ``User-Agent``."""
+
+    address: str
+    agent: str
+
+
+#: The caller of the request in hand (both edges set it): the worker registry records it.
+caller_var: contextvars.ContextVar[Caller | None] = contextvars.ContextVar("caller", default=None)
+
+
+def caller_of(remote: str, forwarded_for: str, agent: str) -> Caller:
+    return Caller(address_of(remote, forwarded_for), agent[:200])
+
+
 _REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 access_log = logging.getLogger("taskforge.request")
 
@@ -42,6 +62,13 @@ class RequestIdMiddleware:
     def __call__(self, request: HttpRequest) -> HttpResponse:
         request_id = request_id_for(request.headers.get("X-Request-ID", ""))
         token = request_id_var.set(request_id)
+        caller = caller_var.set(
+            caller_of(
+                str(request.META.get("REMOTE_ADDR") or "-"),
+                request.headers.get("X-Forwarded-For", ""),
+                request.headers.get("User-Agent", ""),
+            )
+        )
         started = time.perf_counter()
         try:
             with rowcache.request_scope():
@@ -52,6 +79,7 @@ class RequestIdMiddleware:
             log_access(request.method or "", request.path, response.status_code, started)
             return response
         finally:
+            caller_var.reset(caller)
             request_id_var.reset(token)
 
 

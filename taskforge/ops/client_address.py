@@ -39,11 +39,15 @@ def client_address(request: HttpRequest | None) -> str:
     """The client's address as far as it can be trusted; ``-`` when unknown."""
     if request is None:
         return "-"
-    remote = str(request.META.get("REMOTE_ADDR") or "-")
+    return address_of(str(request.META.get("REMOTE_ADDR") or "-"), str(request.META.get("HTTP_X_FORWARDED_FOR", "")))
+
+
+def address_of(remote: str, forwarded_for: str) -> str:
+    """``client_address`` from the raw values: the peer's address and the ``X-Forwarded-For`` header."""
     networks = _networks(tuple(settings.TASKFORGE_TRUSTED_PROXIES))
     if not networks or not _is_trusted(remote, networks):
         return remote
-    hops = [hop.strip() for hop in str(request.META.get("HTTP_X_FORWARDED_FOR", "")).split(",") if hop.strip()]
+    hops = [hop.strip() for hop in forwarded_for.split(",") if hop.strip()]
     for hop in reversed(hops):
         if not _is_trusted(hop, networks):
             return hop[:64]  # what our own proxy says; bounded, it becomes part of a key and a log line

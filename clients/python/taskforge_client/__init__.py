@@ -38,9 +38,8 @@ from taskforge_client.handles import ResultTimeout, TaskCancelled, TaskFailed, T
 from taskforge_client.outcomes import Fail, Retry
 from taskforge_client.payloads import NotSerializable
 from taskforge_client.tasks import TaskFunction
+from taskforge_client.version import __version__
 from taskforge_client.worker.job import Job, current_job
-
-__version__ = "0.3.0"
 
 __all__ = [
     "Conflict",

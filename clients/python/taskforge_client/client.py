@@ -34,6 +34,7 @@ import httpx
 
 from taskforge_client.bodies import Json, enqueue_body
 from taskforge_client.errors import ConnectionFailed, ServerError, error_from_response
+from taskforge_client.version import __version__
 
 if TYPE_CHECKING:
     from taskforge_client.batching import BatchingProducer
@@ -55,7 +56,7 @@ DEFAULT_RETRIES = 3
 # A long poll is answered after wait_seconds: the read must be allowed longer.
 LONG_POLL_MARGIN_SECONDS = 5.0
 MAX_RETRY_AFTER_SECONDS = 30.0
-USER_AGENT = "taskforge-python-client/1.0"
+USER_AGENT = f"taskforge-python-client/{__version__}"
 
 TaskId = str | uuid.UUID
 # Parsed URLs kept per client; paths with a task id in them come and go.
@@ -82,6 +83,7 @@ class TaskForgeClient:
         retries: int = DEFAULT_RETRIES,
         backoff_seconds: float = 0.25,
         transport: httpx.BaseTransport | None = None,
+        user_agent: str = USER_AGENT,
     ) -> None:
         if not api_key:
             raise ValueError("an API key is required")
@@ -94,7 +96,7 @@ class TaskForgeClient:
         self._http = httpx.Client(
             base_url=self.base_url,
             timeout=httpx.Timeout(self.timeout),
-            headers={"Authorization": f"Bearer {api_key}", "User-Agent": USER_AGENT, "Accept": "application/json"},
+            headers={"Authorization": f"Bearer {api_key}", "User-Agent": user_agent, "Accept": "application/json"},
             transport=transport,
         )
         self._urls: dict[str, httpx.URL] = {}

@@ -82,6 +82,15 @@ def test_a_worker_id_with_a_slash_is_controlled_percent_encoded(admin_api, worke
     assert Worker.objects.get(pk="pod/web-1").control == "quiet"
 
 
+def test_the_registry_keeps_the_caller_s_address_and_user_agent(worker, queue):
+    post(worker, "/workers/claim", {"worker_id": "w-agent"})  # the test client sends no User-Agent
+    assert Worker.objects.get(pk="w-agent").agent is None
+    registry.forget_writes()
+    worker.post("/workers/claim", {"worker_id": "w-agent"}, format="json", HTTP_USER_AGENT="my-worker/2.1 (go)")
+    seen = Worker.objects.get(pk="w-agent")
+    assert (seen.address, seen.agent) == ("127.0.0.1", "my-worker/2.1 (go)")
+
+
 def test_refusals(client, producer, worker, admin_api, queue):
     claim(worker, "w-1", queue="email_jobs")
     assert_error(control(admin_api, "never-seen", "quiet"), 404, "not_found")

@@ -52,6 +52,12 @@ def test_stop_and_the_refusals(staff_client, viewer_client):
     assert Worker.objects.get(pk="web-1").control == "stop"
 
 
+def test_the_page_shows_where_a_worker_runs_and_what_it_is(staff_client):
+    Worker.objects.filter(pk="web-1").update(address="10.0.0.7", agent="taskforge-worker/0.3.0 python/3.12.1")
+    page = staff_client.get(PAGE).content.decode()
+    assert "<td>10.0.0.7</td><td>taskforge-worker/0.3.0 python/3.12.1</td>" in page
+
+
 def test_a_busy_worker_without_a_heartbeat_says_since_when_it_holds_tasks(staff_client, queue):
     from queues import lifecycle
 

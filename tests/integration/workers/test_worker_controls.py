@@ -7,6 +7,7 @@ import time
 import pytest
 
 from queues.models import Status, Task
+from workers.models import Worker
 from tests.factories import QueueFactory
 from tests.integration.workers.conftest import TaskForge, wait_for
 
@@ -39,6 +40,8 @@ def test_quiet_finishes_what_it_holds_and_claims_nothing_until_resumed(taskforge
     time.sleep(2)  # ten claim intervals: a worker that still claimed would have taken some
     assert statuses("ctl_jobs") == quiet
     assert worker.process.poll() is None  # quiet is not stop
+    seen = Worker.objects.get(pk="ctl-quiet")  # what the workers page shows as host and version
+    assert seen.address == "127.0.0.1" and seen.agent.startswith("taskforge-worker/0.")
     assert [line["control"] for line in worker.events("worker.control")] == ["quiet"]
 
     admin.control_worker("ctl-quiet", "resume")

@@ -45,6 +45,7 @@ skips the rest of the grace period.
 from __future__ import annotations
 
 import logging
+import platform
 import queue
 import signal
 import threading
@@ -55,6 +56,7 @@ from typing import Any
 
 from taskforge_client.client import TaskForgeClient
 from taskforge_client.errors import Forbidden, TaskForgeError, Unauthorized
+from taskforge_client.version import __version__
 from taskforge_client.worker.completer import MAX_BATCH, Completer
 from taskforge_client.worker.config import Config
 from taskforge_client.worker.deadlines import Deadlines
@@ -92,7 +94,11 @@ class Runner:
         self.tasks = tasks
         # An app's worker claims from its tasks' queues only; otherwise --queue, or any queue.
         self.claim_queues = ClaimQueues(list(queues) if queues else [config.queue], config.wait_seconds)
-        self.client = client or TaskForgeClient(config.api_url, config.api_key, timeout=config.request_timeout)
+        # The admin's workers page shows what runs where: this worker's version and Python.
+        agent = f"taskforge-worker/{__version__} python/{platform.python_version()}"
+        self.client = client or TaskForgeClient(
+            config.api_url, config.api_key, timeout=config.request_timeout, user_agent=agent
+        )
         self.log = EventLog(config.worker_id)
         self.flights = InFlight(config.concurrency, config.prefetch)
         self.handlers = Handlers(handler, tasks)
