@@ -7,9 +7,9 @@ import time
 import pytest
 
 from queues.models import Status, Task
-from workers.models import Worker
 from tests.factories import QueueFactory
 from tests.integration.workers.conftest import TaskForge, wait_for
+from workers.models import Worker
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
