@@ -19,6 +19,7 @@ from rest_framework.test import APIClient
 import taskforge.infra.redis
 from queues.apikeys import create_key
 from queues.models import ApiKey
+from queues.telemetry import counters
 from taskforge.infra import rowcache
 from tests.factories import QueueFactory
 from workers import registry
@@ -63,10 +64,12 @@ def redis_db(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     cache_location = override_settings(CACHES={"default": {**settings.CACHES["default"], "LOCATION": url}})
     cache_location.enable()
     client = taskforge.infra.redis.redis_client()
+    counters.forget_pending()  # deferred increments of the last test belong to its flushed database
     client.flushdb()
     rowcache.clear_all()  # copies tagged with the old generation would outlive the flush
     registry.forget_writes()
     yield
+    counters.forget_pending()
     client.flushdb()
     rowcache.clear_all()
     registry.forget_writes()

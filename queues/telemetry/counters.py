@@ -159,7 +159,8 @@ def increments_for(rows: Iterable[dict[str, Any]], queue_name: Callable[[Any], s
 class _Outbox:
     """Increments this process has not yet written to Redis."""
 
-    lock: threading.Lock = field(default_factory=threading.Lock)
+    lock: threading.Lock = field(default_factory=threading.Lock)  # guards the fields below
+    writing: threading.Lock = field(default_factory=threading.Lock)  # held for a whole write
     pending: Increments = field(default_factory=Counter)
     retry_at: float = 0.0
     last_warning: float = -math.inf
@@ -197,6 +198,15 @@ def record_transitions(rows: list[dict[str, Any]], queue_name: Callable[[Any], s
     flush(increments)
 
 
+def forget_pending() -> None:
+    """Drop what this process has not written yet, and write the next move at once (tests that flush Redis:
+    increments of an earlier test must not land in the next test's counters)."""
+    with _outbox.writing, _outbox.lock:  # after any write in flight
+        _outbox.pending.clear()
+        _outbox.written_at = -math.inf
+        _outbox.retry_at = 0.0
+
+
 def _ensure_writer(outbox: _Outbox) -> None:
     """The thread that writes what waits at the end of each window (one per process, started on first use)."""
     if outbox.writer is not None and outbox.writer_pid == os.getpid() and outbox.writer.is_alive():
@@ -224,8 +234,16 @@ def flush(increments: Increments | None = None) -> bool:
     """Write ``increments`` and anything left over from earlier failures.
 
     Returns whether Redis took the write (nothing pending counts as taken).
+    One write at a time per process: a flush that finds the batch writer busy
+    waits for it, so whoever reads Redis after ``flush()`` sees every move
+    this process made.
     """
     outbox = _outbox
+    with outbox.writing:
+        return _write(outbox, increments)
+
+
+def _write(outbox: _Outbox, increments: Increments | None) -> bool:
     with outbox.lock:
         if increments:
             outbox.add(increments)
