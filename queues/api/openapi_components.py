@@ -168,6 +168,17 @@ BODY_ERRORS = (400, 413, 415)
 # --- queues ------------------------------------------------------------------------------
 
 
+class Push(serializers.Serializer):
+    url = serializers.CharField(max_length=2048, help_text="http or https; each attempt is one POST here.")
+    timeout_seconds = serializers.IntegerField(min_value=1, max_value=1800, help_text="Deadline of one delivery.")
+    max_concurrent = serializers.IntegerField(
+        min_value=1, max_value=1000, help_text="Deliveries in flight for the queue across every pusher."
+    )
+    headers = serializers.DictField(
+        child=serializers.CharField(), help_text="Up to 20 extra request headers (not Host, Content-* or TaskForge-*)."
+    )
+
+
 class Queue(serializers.Serializer):
     name = serializers.CharField()
     max_retries = serializers.IntegerField(min_value=0, max_value=25)
@@ -181,8 +192,16 @@ class Queue(serializers.Serializer):
     timeout_seconds = serializers.IntegerField(
         allow_null=True, help_text="Execution time limit of one attempt (1-86400 s); null: none."
     )
+    push = Push(allow_null=True, help_text="null: workers pull; an object: TaskForge delivers each task over HTTP.")
     created_at = _timestamp()
     updated_at = _timestamp()
+
+
+class QueueWithSecret(Queue):
+    push_secret = serializers.CharField(
+        required=False,
+        help_text="The push queue's new signing secret: only in the answer that made it (set push, rotate).",
+    )
 
 
 class QueueList(serializers.Serializer):
