@@ -1,0 +1,102 @@
+"""Real ``run_pusher`` processes against a real receiver: max_concurrent across processes,
+a SIGKILLed pusher losing nothing, and a larger run delivered exactly once per task."""
+
+from __future__ import annotations
+
+import signal
+import time
+from collections import Counter
+from typing import Any
+
+import pytest
+
+from queues import lifecycle
+from queues.models import Queue, Task, TaskEvent
+from queues.push import secrets as push_secrets
+from taskforge_client.push import verify_signature
+from tests.factories import QueueFactory
+from tests.push_receiver import Reply, receiver, wait_until  # noqa: F401  # the fixture
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
+
+PUSHER_ENV = {"TASKFORGE_PUSH_ALLOW_PRIVATE": "true"}
+# Short leases so a killed pusher's deliveries come back within seconds.
+SHORT_LEASES = {"TASKFORGE_HEARTBEAT_TIMEOUT": "2", "TASKFORGE_WATCHDOG_INTERVAL": "1"}
+
+
+def push_queue(url: str, *, max_concurrent: int, **push: Any) -> Queue:
+    queue = QueueFactory(name="hooks", retry_base_ms=100, retry_max_delay_ms=500, max_retries=5,
+                         push={"url": url, "timeout_seconds": 30, "max_concurrent": max_concurrent, "headers": {},
+                               **push})  # fmt: skip
+    push_secrets.set_for_new_push(queue)
+    queue.save()
+    return queue
+
+
+def enqueue_many(queue: Queue, count: int) -> list[str]:
+    ids: list[str] = []
+    for start in range(0, count, 500):
+        batch = [
+            lifecycle.NewTask(payload={"n": n}, priority=5, scheduled_at=None, idempotency_key=None, max_retries=None,
+                              fingerprint=None, kind=None, timeout_seconds=None)  # fmt: skip
+            for n in range(start, min(count, start + 500))
+        ]
+        ids += [str(row["id"]) for row, _ in lifecycle.enqueue(queue, batch)]
+    return ids
+
+
+def all_done(ids: list[str]) -> bool:
+    return Task.objects.filter(id__in=ids, status="done").count() == len(ids)
+
+
+def test_max_concurrent_holds_across_two_pusher_processes(live_stack, receiver) -> None:  # type: ignore[no-untyped-def]
+    receiver.respond = lambda _: Reply(200, delay=0.25)
+    queue = push_queue(receiver.url, max_concurrent=5)
+    ids = enqueue_many(queue, 60)
+    # Three each: together they could run six, so only the shared semaphore keeps it at five,
+    # and reaching five takes both.
+    for _ in range(2):
+        live_stack.start_loop("run_pusher", extra_env={**PUSHER_ENV, "TASKFORGE_PUSHER_CONCURRENCY": "3"})
+    wait_until(lambda: all_done(ids), timeout=60)
+    assert receiver.max_in_flight == 5, receiver.max_in_flight
+    assert Counter(r.task_id for r in receiver.received) == Counter({task_id: 1 for task_id in ids})
+    pushers = set(Task.objects.filter(id__in=ids).values_list("claimed_by", flat=True))
+    assert len(pushers) == 2, pushers
+
+
+def test_a_sigkilled_pusher_loses_no_task(live_stack, receiver) -> None:  # type: ignore[no-untyped-def]
+    # First attempts hang: the pusher that holds them is killed mid-delivery.
+    receiver.respond = lambda got: Reply(200, delay=60) if got.attempt == 1 else Reply(200, b'{"second": true}')
+    queue = push_queue(receiver.url, max_concurrent=10)
+    ids = enqueue_many(queue, 8)
+    victim = live_stack.start_loop("run_pusher", extra_env={**PUSHER_ENV, **SHORT_LEASES})
+    wait_until(lambda: len(receiver.received) == 8, timeout=30)
+    victim.send_signal(signal.SIGKILL)
+    victim.wait(timeout=10)
+    live_stack.start_loop("run_watchdog", extra_env=SHORT_LEASES)
+    live_stack.start_loop("run_scheduler", extra_env=SHORT_LEASES)
+    live_stack.start_loop("run_pusher", extra_env={**PUSHER_ENV, **SHORT_LEASES})
+    wait_until(lambda: all_done(ids), timeout=60)
+    for task in Task.objects.filter(id__in=ids):
+        assert task.attempts == 2 and task.result == {"second": True}
+        assert task.events.get(to_status="retry").detail.startswith("lease expired")
+    secret = Queue.objects.get(name="hooks").push_secret
+    assert sorted(r.attempt for r in receiver.received) == [1] * 8 + [2] * 8
+    assert all(verify_signature(r.headers, r.body, secret) for r in receiver.received)
+
+
+def test_a_larger_run_is_delivered_exactly_once_per_task(live_stack, receiver) -> None:  # type: ignore[no-untyped-def]
+    queue = push_queue(receiver.url, max_concurrent=50)
+    ids = enqueue_many(queue, 2000)
+    for _ in range(2):
+        live_stack.start_loop("run_pusher", extra_env=PUSHER_ENV)
+    live_stack.start_loop("run_dispatcher")
+    started = time.monotonic()
+    wait_until(lambda: all_done(ids) or TaskEvent.objects.filter(to_status="retry").exists(), timeout=240, interval=0.5)
+    elapsed = time.monotonic() - started
+    failures = list(TaskEvent.objects.filter(to_status="retry").values_list("detail", flat=True)[:5])
+    assert not failures, failures
+    delivered = Counter(r.task_id for r in receiver.received)
+    assert delivered == Counter({task_id: 1 for task_id in ids})
+    assert receiver.max_in_flight <= 50
+    print(f"2000 push deliveries in {elapsed:.1f} s ({2000 / elapsed:.0f}/s)")
