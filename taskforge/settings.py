@@ -198,7 +198,9 @@ TASKFORGE_RETENTION_DAYS = env_int("TASKFORGE_RETENTION_DAYS", 7, minimum=1, max
 TASKFORGE_REQUIRE_LEASE_TOKEN = env_bool("TASKFORGE_REQUIRE_LEASE_TOKEN", False)
 TASKFORGE_METRICS_TOKEN = env_optional("TASKFORGE_METRICS_TOKEN")
 # Push queues: how long a rotated-out secret still signs deliveries (both signatures are sent).
-TASKFORGE_PUSH_SECRET_GRACE_SECONDS = env_int("TASKFORGE_PUSH_SECRET_GRACE_SECONDS", 3600, minimum=0, maximum=30 * 86400)
+TASKFORGE_PUSH_SECRET_GRACE_SECONDS = env_int(
+    "TASKFORGE_PUSH_SECRET_GRACE_SECONDS", 3600, minimum=0, maximum=30 * 86400
+)
 # Development and tests only: let push targets resolve to loopback, private or link-local addresses.
 TASKFORGE_PUSH_ALLOW_PRIVATE = env_bool("TASKFORGE_PUSH_ALLOW_PRIVATE", False)
 # Deliveries one pusher process keeps in flight at most (its HTTP connection pool's size).

@@ -55,7 +55,7 @@ class Receiver:
         receiver = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802  # http.server's naming
+            def do_POST(self) -> None:
                 length = int(self.headers.get("Content-Length") or 0)
                 got = Received(self.path, {k.lower(): v for k, v in self.headers.items()}, self.rfile.read(length),
                                time.monotonic())  # fmt: skip

@@ -38,7 +38,7 @@ _HEADER_VALUE = re.compile(r"[\x20-\x7e\t]*")
 FORBIDDEN_PUSH_HEADERS = frozenset({"host", "content-length", "content-type", "transfer-encoding", "connection"})
 
 
-class PushHeadersField(serializers.Field):  # type: ignore[type-arg]  # DRF's classes are generic in its stubs only
+class PushHeadersField(serializers.Field):
     default_error_messages = {"invalid": "Must be a JSON object of header names to string values."}
 
     def to_internal_value(self, data: Any) -> dict[str, str]:
@@ -60,8 +60,7 @@ class PushHeadersField(serializers.Field):  # type: ignore[type-arg]  # DRF's cl
                 raise serializers.ValidationError(f"Header {name!r}: the value must be a string.")
             if len(value) > MAX_PUSH_HEADER_VALUE_LENGTH or not _HEADER_VALUE.fullmatch(value):
                 raise serializers.ValidationError(
-                    f"Header {name!r}: at most {MAX_PUSH_HEADER_VALUE_LENGTH} visible ASCII characters, "
-                    "spaces or tabs."
+                    f"Header {name!r}: at most {MAX_PUSH_HEADER_VALUE_LENGTH} visible ASCII characters, spaces or tabs."
                 )
         return dict(data)
 

@@ -67,8 +67,9 @@ class PushQueue:
 
     @property
     def push(self) -> dict[str, Any]:
-        assert self.queue.push is not None
-        return self.queue.push
+        push: dict[str, Any] | None = self.queue.push
+        assert push is not None
+        return push
 
 
 @dataclass
@@ -137,7 +138,10 @@ class Pusher:
                 PushQueue(
                     q,
                     secrets.signing_secrets(
-                        q.push_secret or "", q.push_previous_secret, q.push_secret_rotated_at, q.db_now  # type: ignore[attr-defined]
+                        q.push_secret or "",
+                        q.push_previous_secret,
+                        q.push_secret_rotated_at,
+                        q.db_now,
                     ),
                 )
                 for q in rows
@@ -223,19 +227,23 @@ class Pusher:
             else:
                 nacks.append(
                     lifecycle.NackItem(
-                        flight.task_id, decided.error, flight.lease_token, retry_after_seconds=decided.retry_after_seconds
+                        flight.task_id,
+                        decided.error,
+                        flight.lease_token,
+                        retry_after_seconds=decided.retry_after_seconds,
                     )
                 )
             push_metrics.delivered(flight.queue_name, outcomes.metric_label(answer), answer.seconds)
         results = (lifecycle.ack_many(self.worker_id, acks) if acks else []) + (
             lifecycle.nack_many(self.worker_id, nacks) if nacks else []
         )
-        for item, result in zip([*acks, *nacks], results, strict=True):
+        task_ids = [item.task_id for item in acks] + [item.task_id for item in nacks]
+        for task_id, result in zip(task_ids, results, strict=True):
             if isinstance(result, (LeaseLost, TaskNotFound)):
                 # The watchdog reclaimed it (this pusher stalled past the lease): that attempt is
                 # already a failed one and the task is retried; this answer is not recorded.
-                logger.warning("delivery of task %s answered after its lease was lost", item.task_id,
-                               extra={"event": "pusher.lease_lost", "task_id": str(item.task_id)})  # fmt: skip
+                logger.warning("delivery of task %s answered after its lease was lost", task_id,
+                               extra={"event": "pusher.lease_lost", "task_id": str(task_id)})  # fmt: skip
         by_queue: dict[str, list[str]] = {}
         for flight, _ in ended:
             by_queue.setdefault(flight.queue_name, []).append(flight.slot)

@@ -118,7 +118,13 @@ class Deliverer:
             return Answer("refused", time.monotonic() - started, error=f"refused: {exc}")
         except httpcore.TimeoutException:
             return Answer("timeout", time.monotonic() - started, error=f"timed out after {delivery.timeout_seconds} s")
-        except (httpcore.NetworkError, httpcore.ProtocolError, httpcore.UnsupportedProtocol, ssl.SSLError, OSError) as exc:
+        except (
+            httpcore.NetworkError,
+            httpcore.ProtocolError,
+            httpcore.UnsupportedProtocol,
+            ssl.SSLError,
+            OSError,
+        ) as exc:
             detail = str(exc) or type(exc).__name__
             return Answer("connection_error", time.monotonic() - started, error=f"connection error: {detail}")
 

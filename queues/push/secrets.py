@@ -55,7 +55,7 @@ def rotate(name: str) -> tuple[Queue, str]:
             raise NotAPushQueue(name)
         queue.push_previous_secret = queue.push_secret
         queue.push_secret = new_secret()
-        queue.push_secret_rotated_at = Now()  # type: ignore[assignment]  # Postgres' clock, as for leases
+        queue.push_secret_rotated_at = Now()  # Postgres' clock, as for leases
         queue.save(update_fields=["push_secret", "push_previous_secret", "push_secret_rotated_at", "updated_at"])
         queue.refresh_from_db(fields=["push_secret_rotated_at", "updated_at"])
     return queue, queue.push_secret

@@ -93,7 +93,9 @@ def take(queue_name: str, wanted: int, *, limit: int, ttl_ms: int) -> list[str]:
     if wanted <= 0:
         return []
     ids = [uuid.uuid4().hex for _ in range(wanted)]
-    granted = int(_script(_TAKE)(keys=[slots_key(queue_name), counted_key(queue_name)], args=[limit, ttl_ms, SETTLE_MS, *ids]))
+    granted = int(
+        _script(_TAKE)(keys=[slots_key(queue_name), counted_key(queue_name)], args=[limit, ttl_ms, SETTLE_MS, *ids])
+    )
     return ids[:granted]
 
 

@@ -39,8 +39,8 @@ def test_a_pull_queue_shows_push_null_and_no_secret(admin_api) -> None:  # type:
 
 def test_patch_switches_pull_to_push_and_back(admin_api) -> None:  # type: ignore[no-untyped-def]
     create(admin_api, {"name": "q"})
-    to_push = admin_api.patch("/queues/q", {"push": {**TARGET, "max_concurrent": 3, "timeout_seconds": 5,
-                                                     "headers": {"Authorization": "Bearer abc"}}}, format="json")  # fmt: skip
+    target = {**TARGET, "max_concurrent": 3, "timeout_seconds": 5, "headers": {"Authorization": "Bearer abc"}}
+    to_push = admin_api.patch("/queues/q", {"push": target}, format="json")
     assert to_push.status_code == 200, to_push.content
     first_secret = to_push.json()["push_secret"]
     assert to_push.json()["push"]["max_concurrent"] == 3
@@ -102,7 +102,9 @@ def test_bad_push_is_a_400_naming_the_field_and_stores_nothing(admin_api, push, 
     assert_error(create(admin_api, {"name": "bad", "push": push}), 400, "validation_error", fields=[field])
     assert not Queue.objects.filter(name="bad").exists()
     QueueFactory(name="pull")
-    assert_error(admin_api.patch("/queues/pull", {"push": push}, format="json"), 400, "validation_error", fields=[field])
+    assert_error(
+        admin_api.patch("/queues/pull", {"push": push}, format="json"), 400, "validation_error", fields=[field]
+    )
     assert Queue.objects.get(name="pull").push is None
 
 
@@ -166,7 +168,9 @@ def test_a_claim_naming_a_push_queue_is_409(worker) -> None:  # type: ignore[no-
                          push_secret="s" * 64)  # fmt: skip
     TaskFactory(queue=queue)
     for wait in (0, 1):
-        response = worker.post("/workers/claim", {"worker_id": "w", "queue": "hooks", "wait_seconds": wait}, format="json")
+        response = worker.post(
+            "/workers/claim", {"worker_id": "w", "queue": "hooks", "wait_seconds": wait}, format="json"
+        )
         assert_error(response, 409, "conflict")
     assert Task.objects.get().status == "pending"
 

@@ -15,7 +15,7 @@ from queues.models import Queue, Task, TaskEvent
 from queues.push import secrets as push_secrets
 from taskforge_client.push import verify_signature
 from tests.factories import QueueFactory
-from tests.push_receiver import Reply, receiver, wait_until  # noqa: F401  # the fixture
+from tests.push_receiver import Reply, wait_until
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
@@ -37,8 +37,16 @@ def enqueue_many(queue: Queue, count: int) -> list[str]:
     ids: list[str] = []
     for start in range(0, count, 500):
         batch = [
-            lifecycle.NewTask(payload={"n": n}, priority=5, scheduled_at=None, idempotency_key=None, max_retries=None,
-                              fingerprint=None, kind=None, timeout_seconds=None)  # fmt: skip
+            lifecycle.NewTask(
+                payload={"n": n},
+                priority=5,
+                scheduled_at=None,
+                idempotency_key=None,
+                max_retries=None,
+                fingerprint=None,
+                kind=None,
+                timeout_seconds=None,
+            )
             for n in range(start, min(count, start + 500))
         ]
         ids += [str(row["id"]) for row, _ in lifecycle.enqueue(queue, batch)]

@@ -23,7 +23,7 @@ from queues.models import Queue, Task
 from queues.push import secrets as push_secrets
 from taskforge_client.push import signature_problem, verify_signature
 from tests.factories import QueueFactory
-from tests.push_receiver import Receiver, Reply, receiver  # noqa: F401  # the fixture
+from tests.push_receiver import Reply
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -223,7 +223,11 @@ def test_after_a_rotation_both_secrets_sign_until_the_grace_ends(pusher, receive
 
 
 def test_the_client_refuses_old_timestamps(receiver) -> None:  # type: ignore[no-untyped-def]
-    headers = {"TaskForge-Timestamp": str(int(time.time()) - 301), "TaskForge-Task-Id": "t", "TaskForge-Signature": "v1=00"}
+    headers = {
+        "TaskForge-Timestamp": str(int(time.time()) - 301),
+        "TaskForge-Task-Id": "t",
+        "TaskForge-Signature": "v1=00",
+    }
     assert "replay" in (signature_problem(headers, b"{}", "s") or "")
 
 
