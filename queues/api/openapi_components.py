@@ -103,6 +103,22 @@ class AnyJSONFieldSchema(OpenApiSerializerFieldExtension):
         return {}
 
 
+class PushHeadersFieldSchema(OpenApiSerializerFieldExtension):
+    """A push queue's extra headers: what the schema can say of them (the names TaskForge sets are refused too)."""
+
+    target_class = "queues.api.inputs.PushHeadersField"
+
+    def map_serializer_field(self, auto_schema: Any, direction: str) -> dict[str, Any]:
+        return {
+            "type": "object",
+            "maxProperties": 20,
+            "propertyNames": {"pattern": "^[A-Za-z0-9-]{1,100}$"},
+            "additionalProperties": {"type": "string", "maxLength": 1024, "pattern": "^[\\x20-\\x7e\\t]*$"},
+            "description": "Up to 20 extra request headers; not Host, Content-Length, Content-Type, "
+            "Transfer-Encoding, Connection or any TaskForge- name.",
+        }
+
+
 class EnqueueBatchSchema(OpenApiSerializerExtension):
     """The batch body is ``EnqueueBatchSerializer``'s, but each item is an enqueue body.
 
