@@ -170,7 +170,11 @@ class Pusher:
                 continue
             if not slots:
                 continue
-            rows = claiming.claim(self.worker_id, queue, len(slots)).rows
+            try:
+                rows = claiming.claim(self.worker_id, queue, len(slots)).rows
+            except Exception:
+                self._release(queue.name, slots)
+                raise
             unused = slots[len(rows) :]
             if unused:
                 self._release(queue.name, unused)
@@ -233,10 +237,19 @@ class Pusher:
                         retry_after_seconds=decided.retry_after_seconds,
                     )
                 )
+        try:
+            results = (lifecycle.ack_many(self.worker_id, acks) if acks else []) + (
+                lifecycle.nack_many(self.worker_id, nacks) if nacks else []
+            )
+        except Exception:
+            # Postgres unreachable, say: keep the answers for the next pass instead of letting the
+            # leases lapse (which would deliver every one of them again).
+            for flight, _ in ended:
+                self.in_flight[flight.task_id] = flight
+                self.finished.put(flight.task_id)
+            raise
+        for flight, answer in ended:
             push_metrics.delivered(flight.queue_name, outcomes.metric_label(answer), answer.seconds)
-        results = (lifecycle.ack_many(self.worker_id, acks) if acks else []) + (
-            lifecycle.nack_many(self.worker_id, nacks) if nacks else []
-        )
         task_ids = [item.task_id for item in acks] + [item.task_id for item in nacks]
         for task_id, result in zip(task_ids, results, strict=True):
             if isinstance(result, (LeaseLost, TaskNotFound)):

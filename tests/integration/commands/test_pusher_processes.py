@@ -3,14 +3,18 @@ a SIGKILLed pusher losing nothing, and a larger run delivered exactly once per t
 
 from __future__ import annotations
 
+import json
 import signal
 import time
+import urllib.error
+import urllib.request
 from collections import Counter
 from typing import Any
 
 import pytest
 
 from queues import lifecycle
+from queues.apikeys import create_key
 from queues.models import Queue, Task, TaskEvent
 from queues.push import secrets as push_secrets
 from taskforge_client.push import verify_signature
@@ -108,3 +112,25 @@ def test_a_larger_run_is_delivered_exactly_once_per_task(live_stack, receiver) -
     assert delivered == Counter({task_id: 1 for task_id in ids})
     assert receiver.max_in_flight <= 50
     print(f"2000 push deliveries in {elapsed:.1f} s ({2000 / elapsed:.0f}/s)")
+
+
+def test_a_live_api_refuses_claims_naming_a_push_queue_and_skips_them_otherwise(live_stack) -> None:  # type: ignore[no-untyped-def]
+    queue = push_queue("https://receiver.example.com/hook", max_concurrent=1)
+    enqueue_many(queue, 1)
+    _, key = create_key("live-worker", "worker")
+    url = live_stack.start_api()  # claims are served by the lean edge (taskforge.http.lean)
+
+    def claim(body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        request = urllib.request.Request(f"{url}/workers/claim", data=json.dumps(body).encode(), method="POST",
+                                         headers={"Authorization": f"Bearer {key}",
+                                                  "Content-Type": "application/json"})  # fmt: skip
+        try:
+            with urllib.request.urlopen(request, timeout=10) as response:
+                return response.status, json.loads(response.read())
+        except urllib.error.HTTPError as error:
+            return error.code, json.loads(error.read())
+
+    status, body = claim({"worker_id": "w", "queue": "hooks"})
+    assert (status, body["error"]["code"]) == (409, "conflict")
+    assert claim({"worker_id": "w", "wait_seconds": 1}) == (200, {"tasks": []})
+    assert Task.objects.get(queue=queue).status == "pending"

@@ -251,3 +251,16 @@ def test_private_targets_are_refused_without_a_request(receiver, host) -> None: 
     assert receiver.received == []
     error = Task.objects.get(id=task_id).last_error
     assert error.startswith("refused: ") and "may not reach" in error, error
+
+
+def test_metrics_count_deliveries_by_outcome_and_in_flight(pusher, receiver, client) -> None:  # type: ignore[no-untyped-def]
+    receiver.respond = lambda got: Reply(500) if got.attempt == 1 else Reply(200)
+    queue = push_queue(receiver.url)
+    task_id = enqueue(queue)
+    drive(pusher, lambda: status(task_id) == "done")
+    text = client.get("/metrics").content.decode()
+    assert 'taskforge_push_deliveries_total{outcome="2xx",queue="hooks"} 1.0' in text
+    assert 'taskforge_push_deliveries_total{outcome="5xx",queue="hooks"} 1.0' in text
+    assert 'taskforge_push_deliveries_total{outcome="timeout",queue="hooks"} 0.0' in text
+    assert 'taskforge_push_delivery_duration_seconds_count{queue="hooks"} 2.0' in text
+    assert 'taskforge_push_in_flight{queue="hooks"} 0.0' in text
