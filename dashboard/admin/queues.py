@@ -17,7 +17,6 @@ from queues import lifecycle
 from queues.dispatch import announce
 from queues.models import Queue
 
-
 # Shown, not edited: push targets are validated and their secrets answered by the API.
 PUSH_FIELDS = ("push_target", "push_secret_state")
 
