@@ -134,3 +134,15 @@ def test_a_live_api_refuses_claims_naming_a_push_queue_and_skips_them_otherwise(
     assert (status, body["error"]["code"]) == (409, "conflict")
     assert claim({"worker_id": "w", "wait_seconds": 1}) == (200, {"tasks": []})
     assert Task.objects.get(queue=queue).status == "pending"
+
+
+def test_sigterm_lets_deliveries_in_flight_finish_and_records_them(live_stack, receiver) -> None:  # type: ignore[no-untyped-def]
+    receiver.respond = lambda _: Reply(200, b'{"late": true}', delay=2)
+    queue = push_queue(receiver.url, max_concurrent=10)
+    ids = enqueue_many(queue, 3)
+    pusher = live_stack.start_loop("run_pusher", extra_env=PUSHER_ENV)
+    wait_until(lambda: len(receiver.received) == 3, timeout=30)
+    pusher.send_signal(signal.SIGTERM)
+    assert pusher.wait(timeout=15) == 0
+    assert all_done(ids), "answered after the SIGTERM, recorded before the exit"
+    assert {task.result["late"] for task in Task.objects.filter(id__in=ids)} == {True}
