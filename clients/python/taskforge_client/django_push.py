@@ -13,20 +13,22 @@
 
 A delivery whose signature does not match, or whose timestamp is more than five minutes old
 (a replay), is answered 401 and never reaches the view; TaskForge counts that as a failed
-attempt and retries it with the queue's backoff. Needs Django (``taskforge-client[django]``).
+attempt and retries it with the queue's backoff. Needs Django (``taskforge-client[django]``),
+imported only when a view is decorated, so the package still imports without it.
 """
 
 from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Iterable
-from typing import Any
-
-from django.http import HttpRequest, HttpResponse, JsonResponse
+from typing import TYPE_CHECKING, Any
 
 from taskforge_client.push import DEFAULT_TOLERANCE_SECONDS, signature_problem
 
-View = Callable[..., HttpResponse]
+if TYPE_CHECKING:
+    from django.http import HttpRequest, HttpResponse
+
+View = Callable[..., "HttpResponse"]
 
 
 def verified_push(
@@ -35,6 +37,8 @@ def verified_push(
     tolerance_seconds: int = DEFAULT_TOLERANCE_SECONDS,
 ) -> Callable[[View], View]:
     """``secrets``: the push secret(s) to accept, or a callable giving them per request (rotation)."""
+
+    from django.http import JsonResponse
 
     def decorate(view: View) -> View:
         @functools.wraps(view)
