@@ -170,6 +170,10 @@ class Pusher:
                 continue
             if not slots:
                 continue
+            if not Queue.objects.filter(id=queue.id, paused=False, push__isnull=False).exists():
+                # Paused, or back to pull, since the settings were read: that takes effect at once.
+                self._release(queue.name, slots)
+                continue
             try:
                 rows = claiming.claim(self.worker_id, queue, len(slots)).rows
             except Exception:
