@@ -109,6 +109,7 @@ class Pusher:
         self._queues_read_at = -float("inf")
         self._renewed_at = time.monotonic()
         self._empty_until: dict[uuid.UUID, float] = {}
+        self._passes = 0
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="pusher-http", daemon=True)
         self._thread.start()
@@ -153,7 +154,12 @@ class Pusher:
     def start_deliveries(self) -> int:
         started = 0
         now = time.monotonic()
-        for push_queue in self.push_queues():
+        queues = self.push_queues()
+        # Each pass starts with the next queue, so one busy queue cannot keep this pusher's
+        # concurrency to itself pass after pass.
+        self._passes += 1
+        first = self._passes % len(queues) if queues else 0
+        for push_queue in queues[first:] + queues[:first]:
             queue = push_queue.queue
             room = min(self.concurrency - len(self.in_flight), CLAIM_BATCH, push_queue.push["max_concurrent"])
             if room <= 0:

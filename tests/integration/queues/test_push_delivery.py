@@ -264,3 +264,17 @@ def test_metrics_count_deliveries_by_outcome_and_in_flight(pusher, receiver, cli
     assert 'taskforge_push_deliveries_total{outcome="timeout",queue="hooks"} 0.0' in text
     assert 'taskforge_push_delivery_duration_seconds_count{queue="hooks"} 2.0' in text
     assert 'taskforge_push_in_flight{queue="hooks"} 0.0' in text
+
+
+def test_two_push_queues_share_one_pushers_concurrency(receiver) -> None:  # type: ignore[no-untyped-def]
+    receiver.respond = lambda _: Reply(200, delay=0.3)
+    busy, quiet = push_queue(receiver.url, name="busy", max_concurrent=50), push_queue(receiver.url, name="quiet")
+    for _ in range(40):
+        enqueue(busy)
+    quiet_task = enqueue(quiet)
+    small = pusher_loop.Pusher(worker_id="pusher-small", concurrency=4, allow_private=True)
+    try:
+        drive(small, lambda: status(quiet_task) == "done", timeout=30)
+    finally:
+        small.close(grace=2)
+    assert Task.objects.filter(queue=busy, status="done").count() < 40, "the quiet queue did not wait for the busy one"
