@@ -7,6 +7,7 @@ and bodies arrive, and when.
 
 from __future__ import annotations
 
+import ssl
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -45,7 +46,7 @@ Respond = Callable[[Received], Reply]
 
 
 class Receiver:
-    def __init__(self, respond: Respond | None = None) -> None:
+    def __init__(self, respond: Respond | None = None, *, tls: ssl.SSLContext | None = None) -> None:
         self.respond: Respond = respond or (lambda _: Reply())
         self.received: list[Received] = []
         self.in_flight = 0
@@ -87,13 +88,17 @@ class Receiver:
             request_queue_size = 1024
 
         self.server = Server(("127.0.0.1", 0), Handler)
+        self.scheme = "http"
+        if tls is not None:
+            self.server.socket = tls.wrap_socket(self.server.socket, server_side=True)
+            self.scheme = "https"
         self.server.daemon_threads = True
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self.thread.start()
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}/hook"
+        return f"{self.scheme}://127.0.0.1:{self.server.server_address[1]}/hook"
 
     def of(self, task_id: str) -> list[Received]:
         with self.lock:

@@ -9,6 +9,9 @@ own clock.
 from __future__ import annotations
 
 import json
+import shutil
+import ssl
+import subprocess
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -23,7 +26,7 @@ from queues.models import Queue, Task
 from queues.push import secrets as push_secrets
 from taskforge_client.push import signature_problem, verify_signature
 from tests.factories import QueueFactory
-from tests.push_receiver import Reply
+from tests.push_receiver import Receiver, Reply
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -278,3 +281,24 @@ def test_two_push_queues_share_one_pushers_concurrency(receiver) -> None:  # typ
     finally:
         small.close(grace=2)
     assert Task.objects.filter(queue=busy, status="done").count() < 40, "the quiet queue did not wait for the busy one"
+
+
+def test_tls_certificates_are_verified(pusher, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    openssl = shutil.which("openssl")
+    if openssl is None:
+        pytest.skip("needs the openssl command to make a self-signed certificate")
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run([openssl, "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1",
+                    "-keyout", str(key), "-out", str(cert)], check=True, capture_output=True)  # fmt: skip
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert, key)
+    self_signed = Receiver(tls=context)
+    try:
+        queue = push_queue(self_signed.url, max_retries=0)
+        task_id = enqueue(queue)
+        drive(pusher, lambda: status(task_id) == "dead")
+    finally:
+        self_signed.stop()
+    assert self_signed.received == []
+    error = Task.objects.get(id=task_id).last_error
+    assert error.startswith("connection error: ") and "CERTIFICATE_VERIFY_FAILED" in error, error
