@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import hmac
 import ipaddress
+import socket
 from datetime import UTC, datetime
 
 import pytest
@@ -120,3 +122,43 @@ def test_request_headers_are_the_contracts_and_verify_with_the_client() -> None:
 def test_which_addresses_are_refused(address: str, reason: str | None) -> None:
     got = targets.refusal(ipaddress.ip_address(address))
     assert (got is None) == (reason is None), got
+
+
+class _Recording:
+    """Stands in for the real network: records which address a connection was asked for."""
+
+    def __init__(self) -> None:
+        self.hosts: list[str] = []
+
+    async def connect_tcp(self, host: str, port: int, **options: object) -> str:
+        self.hosts.append(host)
+        return "stream"
+
+
+def _resolving_to(*addresses: str):  # type: ignore[no-untyped-def]
+    async def getaddrinfo(host, port, **options):  # type: ignore[no-untyped-def]
+        return [
+            (socket.AF_INET6 if ":" in a else socket.AF_INET, socket.SOCK_STREAM, 6, "", (a, port)) for a in addresses
+        ]
+
+    return getaddrinfo
+
+
+def _connect(backend: targets.VettingBackend, monkeypatch: pytest.MonkeyPatch, *addresses: str) -> object:
+    async def run() -> object:
+        monkeypatch.setattr(asyncio.get_running_loop(), "getaddrinfo", _resolving_to(*addresses))
+        return await backend.connect_tcp("hooks.example.com", 443)
+
+    return asyncio.run(run())
+
+
+def test_the_connection_goes_to_the_address_that_was_checked(monkeypatch: pytest.MonkeyPatch) -> None:
+    backend = targets.VettingBackend(allow_private=False)
+    backend._inner = _Recording()  # type: ignore[assignment]
+    # The name's answer lists a private address first: the public one is used, by address, so a
+    # second lookup at connect time (DNS rebinding) never happens.
+    _connect(backend, monkeypatch, "10.0.0.7", "93.184.216.34")
+    assert backend._inner.hosts == ["93.184.216.34"]  # type: ignore[attr-defined]
+    with pytest.raises(targets.TargetRefused, match=r"127\.0\.0\.1 \(loopback\), 10\.0\.0\.7 \(private\)"):
+        _connect(backend, monkeypatch, "127.0.0.1", "10.0.0.7")
+    assert backend._inner.hosts == ["93.184.216.34"], "no connection to a refused address"  # type: ignore[attr-defined]
