@@ -103,20 +103,44 @@ class AnyJSONFieldSchema(OpenApiSerializerFieldExtension):
         return {}
 
 
-class PushHeadersFieldSchema(OpenApiSerializerFieldExtension):
-    """A push queue's extra headers: what the schema can say of them (the names TaskForge sets are refused too)."""
+def _push_schema(*, request: bool) -> dict[str, Any]:
+    """A queue's ``push``, inline and nullable (OpenAPI 3.0 cannot make a referenced object nullable)."""
+    return {
+        "type": "object",
+        "nullable": True,
+        "description": "null: workers pull; an object: TaskForge delivers each task over HTTP (a PATCH replaces it whole).",
+        "properties": {
+            "url": {"type": "string", "minLength": 1, "maxLength": 2048,
+                    "description": "http or https; each attempt is one POST here."},
+            "timeout_seconds": {"type": "integer", "minimum": 1, "maximum": 1800, "default": 30,
+                                "description": "Deadline of one delivery, in seconds."},
+            "max_concurrent": {"type": "integer", "minimum": 1, "maximum": 1000, "default": 10,
+                               "description": "Deliveries in flight for the queue across every pusher."},
+            "headers": {
+                "type": "object",
+                "maxProperties": 20,
+                "additionalProperties": {"type": "string", "maxLength": 1024},
+                "description": "Up to 20 extra request headers (names of letters, digits and '-'); not Host, "
+                "Content-Length, Content-Type, Transfer-Encoding, Connection or any TaskForge- name.",
+            },
+        },
+        "required": ["url"] if request else ["url", "timeout_seconds", "max_concurrent", "headers"],
+        **({"additionalProperties": False} if request else {}),
+    }  # fmt: skip
 
-    target_class = "queues.api.inputs.PushHeadersField"
+
+class PushSerializerSchema(OpenApiSerializerFieldExtension):
+    """``push`` in queue create and PATCH bodies."""
+
+    target_class = "queues.api.inputs.PushSerializer"
 
     def map_serializer_field(self, auto_schema: Any, direction: str) -> dict[str, Any]:
-        return {
-            "type": "object",
-            "maxProperties": 20,
-            "propertyNames": {"pattern": "^[A-Za-z0-9-]{1,100}$"},
-            "additionalProperties": {"type": "string", "maxLength": 1024, "pattern": "^[\\x20-\\x7e\\t]*$"},
-            "description": "Up to 20 extra request headers; not Host, Content-Length, Content-Type, "
-            "Transfer-Encoding, Connection or any TaskForge- name.",
-        }
+        return _push_schema(request=True)
+
+
+@extend_schema_field(_push_schema(request=False))
+class PushField(serializers.JSONField):
+    """``push`` in the queue object."""
 
 
 class EnqueueBatchSchema(OpenApiSerializerExtension):
@@ -184,17 +208,6 @@ BODY_ERRORS = (400, 413, 415)
 # --- queues ------------------------------------------------------------------------------
 
 
-class Push(serializers.Serializer):
-    url = serializers.CharField(max_length=2048, help_text="http or https; each attempt is one POST here.")
-    timeout_seconds = serializers.IntegerField(min_value=1, max_value=1800, help_text="Deadline of one delivery.")
-    max_concurrent = serializers.IntegerField(
-        min_value=1, max_value=1000, help_text="Deliveries in flight for the queue across every pusher."
-    )
-    headers = serializers.DictField(
-        child=serializers.CharField(), help_text="Up to 20 extra request headers (not Host, Content-* or TaskForge-*)."
-    )
-
-
 class Queue(serializers.Serializer):
     name = serializers.CharField()
     max_retries = serializers.IntegerField(min_value=0, max_value=25)
@@ -208,7 +221,7 @@ class Queue(serializers.Serializer):
     timeout_seconds = serializers.IntegerField(
         allow_null=True, help_text="Execution time limit of one attempt (1-86400 s); null: none."
     )
-    push = Push(allow_null=True, help_text="null: workers pull; an object: TaskForge delivers each task over HTTP.")
+    push = PushField()
     created_at = _timestamp()
     updated_at = _timestamp()
 

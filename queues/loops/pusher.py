@@ -33,7 +33,7 @@ from django.conf import settings
 from django.db.models.functions import Now
 
 from queues import lifecycle
-from queues.dispatch import claiming
+from queues.dispatch import claiming, lanes
 from queues.errors import LeaseLost, TaskNotFound
 from queues.models import Queue
 from queues.push import outcomes, secrets, semaphore
@@ -46,8 +46,11 @@ logger = logging.getLogger("taskforge.loops.pusher")
 QUEUES_REFRESH_SECONDS = 1.0
 #: How often held semaphore slots are renewed (below semaphore.SETTLE_MS).
 RENEW_SECONDS = 1.0
-#: A queue whose claim found nothing is not asked again for this long.
-EMPTY_QUEUE_BACKOFF_SECONDS = 0.2
+#: A queue whose claim found nothing is asked again after this long, or as soon as its Redis
+#: lane holds ids (an enqueue, a due retry or the dispatcher put them there).
+EMPTY_QUEUE_BACKOFF_SECONDS = 1.0
+#: Redis trouble is logged at most this often (a pass runs several times a second).
+REDIS_WARNING_EVERY_SECONDS = 30.0
 #: Most tasks claimed from one queue in one pass.
 CLAIM_BATCH = 100
 #: Deliveries still in flight at shutdown get this long to finish before they are failed.
@@ -110,6 +113,7 @@ class Pusher:
         self._renewed_at = time.monotonic()
         self._empty_until: dict[uuid.UUID, float] = {}
         self._passes = 0
+        self._redis_warned_at = -float("inf")
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="pusher-http", daemon=True)
         self._thread.start()
@@ -164,15 +168,14 @@ class Pusher:
             room = min(self.concurrency - len(self.in_flight), CLAIM_BATCH, push_queue.push["max_concurrent"])
             if room <= 0:
                 break
-            if queue.paused or self._empty_until.get(queue.id, 0.0) > now:
+            if queue.paused or (self._empty_until.get(queue.id, 0.0) > now and not self._lane_holds_ids(queue.name)):
                 continue
             try:
                 slots = semaphore.take(
                     queue.name, room, limit=push_queue.push["max_concurrent"], ttl_ms=self._lease_ms()
                 )
             except redis.RedisError as exc:
-                logger.warning("redis unavailable: push queue %s delivers nothing new: %s", queue.name, exc,
-                               extra={"event": "pusher.redis_down", "queue": queue.name})  # fmt: skip
+                self._redis_trouble(f"push queue {queue.name} delivers nothing new", exc)
                 continue
             if not slots:
                 continue
@@ -297,8 +300,7 @@ class Pusher:
                 try:
                     semaphore.renew(name, slots, ttl_ms=self._lease_ms())
                 except redis.RedisError as exc:
-                    logger.warning("redis unavailable: push slots not renewed: %s", exc,
-                                   extra={"event": "pusher.redis_down", "queue": name})  # fmt: skip
+                    self._redis_trouble("push slots not renewed", exc)
         return beats
 
     # --- shutdown ---------------------------------------------------------------------------
@@ -324,8 +326,19 @@ class Pusher:
             semaphore.release(queue_name, slots)
         except redis.RedisError as exc:
             # Unreleased slots lapse with their lease time; the queue is only slower meanwhile.
-            logger.warning("redis unavailable: push slots not released: %s", exc,
-                           extra={"event": "pusher.redis_down", "queue": queue_name})  # fmt: skip
+            self._redis_trouble("push slots not released", exc)
+
+    def _lane_holds_ids(self, queue_name: str) -> bool:
+        try:
+            return lanes.sizes([queue_name])[0] > 0
+        except redis.RedisError:
+            return False  # the next Postgres check comes with the backoff
+
+    def _redis_trouble(self, what: str, exc: Exception) -> None:
+        now = time.monotonic()
+        if now - self._redis_warned_at >= REDIS_WARNING_EVERY_SECONDS:
+            self._redis_warned_at = now
+            logger.warning("redis unavailable: %s: %s", what, exc, extra={"event": "pusher.redis_down"})
 
     @staticmethod
     def _lease_ms() -> int:
