@@ -108,7 +108,8 @@ def _push_schema(*, request: bool) -> dict[str, Any]:
     return {
         "type": "object",
         "nullable": True,
-        "description": "null: workers pull; an object: TaskForge delivers each task over HTTP (a PATCH replaces it whole).",
+        "description": "null: workers pull; an object: TaskForge delivers each task over HTTP "
+        "(a PATCH replaces it whole).",
         "properties": {
             "url": {"type": "string", "minLength": 1, "maxLength": 2048,
                     "description": "http or https; each attempt is one POST here."},
