@@ -4,6 +4,7 @@ a SIGKILLed pusher losing nothing, and a larger run delivered exactly once per t
 from __future__ import annotations
 
 import json
+import shutil
 import signal
 import time
 import urllib.error
@@ -19,6 +20,7 @@ from queues.models import Queue, Task, TaskEvent
 from queues.push import secrets as push_secrets
 from taskforge_client.push import verify_signature
 from tests.factories import QueueFactory
+from tests.integration.queues.test_redis_loss import OwnRedis
 from tests.push_receiver import Reply, wait_until
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
@@ -146,3 +148,30 @@ def test_sigterm_lets_deliveries_in_flight_finish_and_records_them(live_stack, r
     assert pusher.wait(timeout=15) == 0
     assert all_done(ids), "answered after the SIGTERM, recorded before the exit"
     assert {task.result["late"] for task in Task.objects.filter(id__in=ids)} == {True}
+
+
+@pytest.mark.skipif(shutil.which("redis-server") is None, reason="needs a redis-server binary")
+def test_redis_flushed_then_restarted_mid_run_keeps_max_concurrent_and_loses_nothing(live_stack, receiver) -> None:  # type: ignore[no-untyped-def]
+    own = OwnRedis()
+    own.start()
+    try:
+        receiver.respond = lambda _: Reply(200, delay=0.3)
+        queue = push_queue(receiver.url, max_concurrent=3)
+        ids = enqueue_many(queue, 40)
+        env = {**PUSHER_ENV, "REDIS_URL": own.url, "TASKFORGE_PUSHER_CONCURRENCY": "3"}
+        for _ in range(2):
+            live_stack.start_loop("run_pusher", extra_env=env)
+        wait_until(lambda: len(receiver.received) >= 8, timeout=30)
+        own.flushall()  # every slot and the marker gone while deliveries are in flight
+        wait_until(lambda: len(receiver.received) >= 20, timeout=30)
+        own.stop()  # Redis gone: deliveries in flight finish, none starts
+        time.sleep(2)
+        stalled_at = len(receiver.received)
+        time.sleep(1)
+        assert len(receiver.received) == stalled_at, "no delivery starts while Redis is down"
+        own.start()
+        wait_until(lambda: all_done(ids), timeout=60)
+    finally:
+        own.stop()
+    assert receiver.max_in_flight <= 3, receiver.max_in_flight
+    assert Counter(r.task_id for r in receiver.received) == Counter({task_id: 1 for task_id in ids})
