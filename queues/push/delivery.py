@@ -67,12 +67,15 @@ class Answer:
 def request_headers(delivery: Delivery, body: bytes, timestamp: int) -> list[tuple[bytes, bytes]]:
     """The contract's headers (after the queue's extra ones, which cannot name them), in send order."""
     headers = {name: value for name, value in delivery.headers.items()}
+    given = {name.lower() for name in headers}
+    # Defaults the queue's own headers may replace. The pusher reads raw bytes: a compressed
+    # answer could not become a result.
+    for name, value in (("User-Agent", USER_AGENT), ("Accept-Encoding", "identity")):
+        if name.lower() not in given:
+            headers[name] = value
     headers.update(
         {
             "Content-Type": "application/json",
-            "User-Agent": USER_AGENT,
-            # The pusher reads raw bytes: a compressed answer could not become a result.
-            "Accept-Encoding": "identity",
             "TaskForge-Task-Id": delivery.task_id,
             "TaskForge-Queue": delivery.queue,
             "TaskForge-Attempt": str(delivery.attempt),

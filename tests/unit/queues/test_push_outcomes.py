@@ -162,3 +162,10 @@ def test_the_connection_goes_to_the_address_that_was_checked(monkeypatch: pytest
     with pytest.raises(targets.TargetRefused, match=r"127\.0\.0\.1 \(loopback\), 10\.0\.0\.7 \(private\)"):
         _connect(backend, monkeypatch, "127.0.0.1", "10.0.0.7")
     assert backend._inner.hosts == ["93.184.216.34"], "no connection to a refused address"  # type: ignore[attr-defined]
+
+
+def test_a_queues_own_user_agent_replaces_the_default_instead_of_doubling_it() -> None:
+    delivery = Delivery("t", "q", 1, "k.x", {}, "https://x.example/", 30, {"user-agent": "mine"}, ["s"])
+    names = [name.decode().lower() for name, _ in request_headers(delivery, b"{}", 1)]
+    assert names.count("user-agent") == 1 and names.count("accept-encoding") == 1
+    assert dict((k.decode(), v.decode()) for k, v in request_headers(delivery, b"{}", 1))["TaskForge-Kind"] == "k.x"
