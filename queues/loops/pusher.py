@@ -113,6 +113,7 @@ class Pusher:
         self._renewed_at = time.monotonic()
         self._empty_until: dict[uuid.UUID, float] = {}
         self._passes = 0
+        self._rate_limited_until: dict[uuid.UUID, float] = {}
         self._redis_warned_at = -float("inf")
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="pusher-http", daemon=True)
@@ -168,7 +169,9 @@ class Pusher:
             room = min(self.concurrency - len(self.in_flight), CLAIM_BATCH, push_queue.push["max_concurrent"])
             if room <= 0:
                 break
-            if queue.paused or (self._empty_until.get(queue.id, 0.0) > now and not self._lane_holds_ids(queue.name)):
+            if queue.paused or self._rate_limited_until.get(queue.id, 0.0) > now:
+                continue
+            if self._empty_until.get(queue.id, 0.0) > now and not self._lane_holds_ids(queue.name):
                 continue
             try:
                 slots = semaphore.take(
@@ -184,10 +187,14 @@ class Pusher:
                 self._release(queue.name, slots)
                 continue
             try:
-                rows = claiming.claim(self.worker_id, queue, len(slots)).rows
+                claimed = claiming.claim(self.worker_id, queue, len(slots))
             except Exception:
                 self._release(queue.name, slots)
                 raise
+            rows = claimed.rows
+            if claimed.retry_after:
+                # Out of rate-limit tokens: the lane's ids stay where they are until the next one.
+                self._rate_limited_until[queue.id] = now + claimed.retry_after
             unused = slots[len(rows) :]
             if unused:
                 self._release(queue.name, unused)

@@ -302,3 +302,12 @@ def test_tls_certificates_are_verified(pusher, tmp_path) -> None:  # type: ignor
     assert self_signed.received == []
     error = Task.objects.get(id=task_id).last_error
     assert error.startswith("connection error: ") and "CERTIFICATE_VERIFY_FAILED" in error, error
+
+
+def test_a_rate_limited_push_queue_delivers_at_its_rate(pusher, receiver) -> None:  # type: ignore[no-untyped-def]
+    queue = push_queue(receiver.url)
+    Queue.objects.filter(id=queue.id).update(rate_limit=5, rate_burst=1)
+    ids = [enqueue(queue) for _ in range(6)]
+    drive(pusher, lambda: all(status(task_id) == "done" for task_id in ids), timeout=30)
+    arrivals = sorted(r.at for r in receiver.received)
+    assert arrivals[-1] - arrivals[0] >= 0.8, "six tasks at 5/s with a bucket of 1 take at least a second"
