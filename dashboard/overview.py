@@ -33,6 +33,8 @@ def snapshot() -> dict[str, Any]:
                 "rate_limit": queue.rate_limit,
                 "rate_burst": queue.effective_burst,
                 "max_retries": queue.max_retries,
+                # A push queue: TaskForge delivers its tasks (the pusher), no worker claims them.
+                "push": queue.push is not None,
             }
         )
     return {"at": timezone.now().isoformat(), "queues": rows}

@@ -79,3 +79,19 @@ class QueueNameTaken(DomainError):
 
     def __init__(self, name: str) -> None:
         super().__init__(f"queue {name!r} already exists")
+
+
+class NotAPushQueue(DomainError):
+    status_code = 409
+    code = "conflict"
+
+    def __init__(self, name: str) -> None:
+        super().__init__(f"queue {name!r} is not a push queue (its push is null), so it has no push secret")
+
+
+class PushQueueNotClaimable(DomainError):
+    status_code = 409
+    code = "conflict"
+
+    def __init__(self, name: str) -> None:
+        super().__init__(f"queue {name!r} is a push queue: TaskForge delivers its tasks, workers cannot claim them")

@@ -65,6 +65,15 @@ class Queue(models.Model):
         validators=[MinValueValidator(1), MaxValueValidator(86_400)],
         help_text="Execution time limit of one attempt, in seconds; empty means no limit.",
     )
+    # Delivery over HTTP by the pusher, or null (workers pull): {"url", "timeout_seconds",
+    # "max_concurrent", "headers"}, validated by the API (queues.api.inputs.PushSerializer).
+    push = models.JSONField(null=True, blank=True, editable=False)
+    # The HMAC key of a push queue's signatures, and the one it replaced, which still signs
+    # until TASKFORGE_PUSH_SECRET_GRACE_SECONDS after push_secret_rotated_at (queues.push.secrets).
+    # Kept readable, not hashed: the pusher needs the key itself to sign.
+    push_secret = models.CharField(max_length=128, null=True, blank=True, editable=False)
+    push_previous_secret = models.CharField(max_length=128, null=True, blank=True, editable=False)
+    push_secret_rotated_at = models.DateTimeField(null=True, blank=True, editable=False)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 

@@ -200,6 +200,14 @@ TASKFORGE_HISTORY_DAYS = env_int("TASKFORGE_HISTORY_DAYS", 14, minimum=1, maximu
 # Heartbeats, acks and nacks must name their lease (the contract makes it optional).
 TASKFORGE_REQUIRE_LEASE_TOKEN = env_bool("TASKFORGE_REQUIRE_LEASE_TOKEN", False)
 TASKFORGE_METRICS_TOKEN = env_optional("TASKFORGE_METRICS_TOKEN")
+# Push queues: how long a rotated-out secret still signs deliveries (both signatures are sent).
+TASKFORGE_PUSH_SECRET_GRACE_SECONDS = env_int(
+    "TASKFORGE_PUSH_SECRET_GRACE_SECONDS", 3600, minimum=0, maximum=30 * 86400
+)
+# Development and tests only: let push targets resolve to loopback, private or link-local addresses.
+TASKFORGE_PUSH_ALLOW_PRIVATE = env_bool("TASKFORGE_PUSH_ALLOW_PRIVATE", False)
+# Deliveries one pusher process keeps in flight at most (its HTTP connection pool's size).
+TASKFORGE_PUSHER_CONCURRENCY = env_int("TASKFORGE_PUSHER_CONCURRENCY", 100, minimum=1, maximum=10_000)
 # Opt-in: also count tasks by kind on /metrics. Kinds are producers' strings, so
 # the number of series grows with the number of kinds they use.
 TASKFORGE_METRICS_KIND_LABEL = env_bool("TASKFORGE_METRICS_KIND_LABEL", False)

@@ -30,6 +30,7 @@ urlpatterns = [
     api("queues", q.QueueListView, "queue-list"),
     api(f"queues/{_NAME}", q.QueueDetailView, "queue-detail"),
     api(f"queues/{_NAME}/purge", q.QueuePurgeView, "queue-purge"),
+    api(f"queues/{_NAME}/push-secret", q.QueuePushSecretView, "queue-push-secret"),
     api(f"queues/{_NAME}/stats", q.QueueStatsView, "queue-stats"),
     api(f"queues/{_NAME}/history", q.QueueHistoryView, "queue-history"),
     api(f"queues/{_NAME}/tasks", q.TaskListView, "task-list"),

@@ -24,7 +24,7 @@ from taskforge.infra import rowcache
 from tests.factories import QueueFactory
 from workers import registry
 
-pytest_plugins = ["tests.live"]
+pytest_plugins = ["tests.live", "tests.push_receiver"]
 
 #: Tests under this directory touch neither Postgres nor Redis.
 UNIT_TESTS = Path(__file__).resolve().parent / "unit"

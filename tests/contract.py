@@ -41,6 +41,7 @@ QUEUE_FIELDS = (
     "retry_max_delay_ms",
     # Additions (v2)
     "timeout_seconds",
+    "push",
     "created_at",
     "updated_at",
 )

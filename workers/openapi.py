@@ -91,7 +91,10 @@ claim_schema = extend_schema_view(
             "Each claimed task is `claimed`, its attempts go up by one, and it carries its lease."
         ),
         request=ClaimSerializer,
-        responses={200: ClaimResult, **errors(*BODY_ERRORS, 404)},
+        responses={
+            200: ClaimResult,
+            **errors(*BODY_ERRORS, 404, 409, conflict="The queue named is a push queue: TaskForge delivers its tasks."),
+        },
     ),
 )
 

@@ -17,6 +17,7 @@ from queues.api.inputs import validated
 from queues.api.lookups import queue_or_404
 from queues.apikeys import Role
 from queues.dispatch import claiming
+from queues.errors import PushQueueNotClaimable
 from queues.telemetry.observe import queue_name
 from taskforge.http.errors import error_body
 from taskforge.ops import audit
@@ -69,6 +70,8 @@ def claim_once(read_body: ReadBody, attempt: str | None) -> Answer | longpoll.Wa
     """
     fields = validated(ClaimSerializer, read_body())
     queue = queue_or_404(fields["queue"]) if fields["queue"] is not None else None
+    if queue is not None and queue.push is not None:
+        raise PushQueueNotClaimable(queue.name)
     worker_id, max_tasks, wait_seconds = fields["worker_id"], fields["max_tasks"], fields["wait_seconds"]
     registry.seen(worker_id, claim=True)
     control = controls.control_for(worker_id)

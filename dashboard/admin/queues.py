@@ -17,6 +17,9 @@ from queues import lifecycle
 from queues.dispatch import announce
 from queues.models import Queue
 
+# Shown, not edited: push targets are validated and their secrets answered by the API.
+PUSH_FIELDS = ("push_target", "push_secret_state")
+
 
 class QueueForm(forms.ModelForm):
     class Meta:
@@ -52,6 +55,7 @@ class QueueAdmin(admin.ModelAdmin):
         "max_retries",
         "retry_base_ms",
         "retry_max_delay_ms",
+        "delivery",
         "links",
     )
     list_filter = ("paused",)
@@ -63,11 +67,39 @@ class QueueAdmin(admin.ModelAdmin):
         ("Rate limit", {"fields": ("rate_limit", "rate_burst")}),
         ("Retries", {"fields": ("max_retries", "retry_base_ms", "retry_max_delay_ms")}),
         ("Time limit", {"fields": ("timeout_seconds",)}),
+        # Set through the API (PATCH /queues/{name}): its secret is answered once, to the caller.
+        ("Push delivery", {"fields": ("push_target", "push_secret_state")}),
     )
 
     def get_readonly_fields(self, request: HttpRequest, obj: Queue | None = None) -> tuple[str, ...]:
         # Tasks, metrics and Redis keys are named after the queue: a name never changes.
-        return ("name",) if obj is not None else ()
+        return ("name", *PUSH_FIELDS) if obj is not None else PUSH_FIELDS
+
+    @admin.display(description="delivery")
+    def delivery(self, obj: Queue) -> str:
+        return "push" if obj.push is not None else "pull"
+
+    @admin.display(description="push target")
+    def push_target(self, obj: Queue) -> str:
+        if obj.push is None:
+            return "none: workers pull this queue's tasks (set push with PATCH /queues/{name})"
+        push = obj.push
+        headers = ", ".join(sorted(push.get("headers") or {})) or "none"
+        return format_html(
+            "POST {}<br>timeout {} s, at most {} in flight, extra headers: {}",
+            push["url"],
+            push["timeout_seconds"],
+            push["max_concurrent"],
+            headers,
+        )
+
+    @admin.display(description="push secret")
+    def push_secret_state(self, obj: Queue) -> str:
+        if obj.push is None:
+            return "none"
+        if obj.push_secret_rotated_at is None:
+            return "set (rotate with POST /queues/{name}/push-secret)"
+        return f"rotated at {obj.push_secret_rotated_at:%Y-%m-%d %H:%M:%S} UTC"
 
     # Deleting a queue with tasks must go through lifecycle.delete_queue (API: DELETE /queues/{name}).
     def has_delete_permission(self, request: HttpRequest, obj: Queue | None = None) -> bool:

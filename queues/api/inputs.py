@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
 from typing import Any
+from urllib.parse import urlsplit
 
 from django.utils import timezone
 from rest_framework import serializers
@@ -25,6 +27,72 @@ MAX_DELAY_MS = 30 * 86_400_000
 MAX_TIMEOUT_SECONDS = 86_400
 
 
+# A push queue's target and extra headers (API.md, "Push queues").
+MAX_PUSH_URL_LENGTH = 2048
+MAX_PUSH_HEADERS = 20
+MAX_PUSH_HEADER_VALUE_LENGTH = 1024
+_HEADER_NAME = re.compile(r"[A-Za-z0-9-]{1,100}")
+# Visible ASCII, spaces and tabs only: a CR or LF would let a value inject headers of its own.
+_HEADER_VALUE = re.compile(r"[\x20-\x7e\t]*")
+# The pusher writes these itself (framing, routing, the signed TaskForge- headers).
+FORBIDDEN_PUSH_HEADERS = frozenset({"host", "content-length", "content-type", "transfer-encoding", "connection"})
+
+
+class PushHeadersField(serializers.Field):
+    default_error_messages = {"invalid": "Must be a JSON object of header names to string values."}
+
+    def to_internal_value(self, data: Any) -> dict[str, str]:
+        if not isinstance(data, dict):
+            self.fail("invalid")
+        if len(data) > MAX_PUSH_HEADERS:
+            raise serializers.ValidationError(f"At most {MAX_PUSH_HEADERS} headers.")
+        seen: set[str] = set()
+        for name, value in data.items():
+            lowered = name.lower()
+            if not _HEADER_NAME.fullmatch(name):
+                raise serializers.ValidationError(f"Header name {name!r}: 1-100 letters, digits or '-'.")
+            if lowered in FORBIDDEN_PUSH_HEADERS or lowered.startswith("taskforge-"):
+                raise serializers.ValidationError(f"Header {name!r} is set by TaskForge and cannot be given.")
+            if lowered in seen:
+                raise serializers.ValidationError(f"Header {name!r} is given twice.")
+            seen.add(lowered)
+            if not isinstance(value, str):
+                raise serializers.ValidationError(f"Header {name!r}: the value must be a string.")
+            if len(value) > MAX_PUSH_HEADER_VALUE_LENGTH or not _HEADER_VALUE.fullmatch(value):
+                raise serializers.ValidationError(
+                    f"Header {name!r}: at most {MAX_PUSH_HEADER_VALUE_LENGTH} visible ASCII characters, spaces or tabs."
+                )
+        return dict(data)
+
+    def to_representation(self, value: Any) -> Any:
+        return value
+
+
+class PushSerializer(StrictSerializer):
+    """A queue's ``push``: where and how the pusher delivers its tasks."""
+
+    url = StrictCharField(max_length=MAX_PUSH_URL_LENGTH, trim_whitespace=False)
+    timeout_seconds = StrictIntegerField(min_value=1, max_value=1800, required=False, default=30)
+    max_concurrent = StrictIntegerField(min_value=1, max_value=1000, required=False, default=10)
+    headers = PushHeadersField(required=False, default=dict)
+
+    def validate_url(self, value: str) -> str:
+        try:
+            parts = urlsplit(value)
+            parts.port  # noqa: B018  # raises on a port out of range
+        except ValueError:
+            raise serializers.ValidationError("Must be an http or https URL.") from None
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise serializers.ValidationError("Must be an http or https URL with a host.")
+        if parts.username is not None or parts.password is not None:
+            raise serializers.ValidationError("Must not carry credentials; give them as a header.")
+        if parts.fragment or any(ch.isspace() or ord(ch) < 0x20 or ord(ch) == 0x7F for ch in value):
+            raise serializers.ValidationError("Must not contain spaces, control characters or a fragment.")
+        if not value.isascii():
+            raise serializers.ValidationError("Must be ASCII (percent-encode the path, punycode the host).")
+        return value
+
+
 class QueueUpdateSerializer(StrictSerializer):
     max_retries = StrictIntegerField(min_value=0, max_value=25, required=False)
     rate_limit = StrictIntegerField(min_value=1, max_value=100_000, required=False, allow_null=True)
@@ -33,6 +101,8 @@ class QueueUpdateSerializer(StrictSerializer):
     retry_base_ms = StrictIntegerField(min_value=1, max_value=3_600_000, required=False)
     retry_max_delay_ms = StrictIntegerField(min_value=1, max_value=MAX_DELAY_MS, required=False)
     timeout_seconds = StrictIntegerField(min_value=1, max_value=MAX_TIMEOUT_SECONDS, required=False, allow_null=True)
+    # null: workers pull (the default); an object: the pusher delivers over HTTP. A PATCH replaces it whole.
+    push = PushSerializer(required=False, allow_null=True)
 
     def to_internal_value(self, data: Any) -> Any:
         if isinstance(data, dict) and "name" in data and "name" not in self.fields:
@@ -162,6 +232,10 @@ class EnqueueBatchSerializer(StrictSerializer):
         if errors:
             raise serializers.ValidationError(errors)
         return items
+
+
+class PushSecretSerializer(StrictSerializer):
+    """``POST /queues/{name}/push-secret`` takes no fields (an empty object or no body)."""
 
 
 class BulkReplaySerializer(StrictSerializer):

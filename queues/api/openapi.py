@@ -29,6 +29,7 @@ from queues.api.openapi_components import (
     QueueHistory,
     QueueList,
     QueueStats,
+    QueueWithSecret,
     Replayed,
     Task,
     TaskBatch,
@@ -95,7 +96,7 @@ queue_list_schema = extend_schema_view(
         summary="Create a queue",
         description="Unset settings take their defaults.",
         request=QueueCreateSerializer,
-        responses={201: Queue, **errors(*BODY_ERRORS, 409, conflict="The name is taken.")},
+        responses={201: QueueWithSecret, **errors(*BODY_ERRORS, 409, conflict="The name is taken.")},
     ),
 )
 
@@ -115,7 +116,7 @@ queue_detail_schema = extend_schema_view(
         description="The name cannot change.",
         parameters=[QUEUE_NAME],
         request=QueueUpdateSerializer,
-        responses={200: Queue, **errors(*BODY_ERRORS, 404)},
+        responses={200: QueueWithSecret, **errors(*BODY_ERRORS, 404)},
     ),
     delete=extend_schema(
         tags=["queues"],
@@ -139,6 +140,25 @@ queue_purge_schema = extend_schema_view(
         parameters=[QUEUE_NAME],
         request=None,
         responses={200: Purged, **errors(*BODY_ERRORS, 404)},
+    ),
+)
+
+queue_push_secret_schema = extend_schema_view(
+    post=extend_schema(
+        tags=["queues"],
+        operation_id="rotate_push_secret",
+        summary="Rotate a push queue's signing secret",
+        description=(
+            "Answers the queue with its new `push_secret` (shown only here). The previous secret "
+            "keeps signing, as a second `v1=` signature, for TASKFORGE_PUSH_SECRET_GRACE_SECONDS. "
+            "No body is needed."
+        ),
+        parameters=[QUEUE_NAME],
+        request=None,
+        responses={
+            200: QueueWithSecret,
+            **errors(*BODY_ERRORS, 404, 409, conflict="The queue is a pull queue (its push is null)."),
+        },
     ),
 )
 

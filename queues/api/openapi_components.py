@@ -103,6 +103,47 @@ class AnyJSONFieldSchema(OpenApiSerializerFieldExtension):
         return {}
 
 
+def _push_schema(*, request: bool) -> dict[str, Any]:
+    """A queue's ``push``, inline and nullable (OpenAPI 3.0 cannot make a referenced object nullable)."""
+    return {
+        "type": "object",
+        "nullable": True,
+        "description": "null: workers pull; an object: TaskForge delivers each task over HTTP "
+        "(a PATCH replaces it whole).",
+        "properties": {
+            "url": {"type": "string", "minLength": 1, "maxLength": 2048,
+                    "description": "http or https; each attempt is one POST here."},
+            "timeout_seconds": {"type": "integer", "minimum": 1, "maximum": 1800, "default": 30,
+                                "description": "Deadline of one delivery, in seconds."},
+            "max_concurrent": {"type": "integer", "minimum": 1, "maximum": 1000, "default": 10,
+                               "description": "Deliveries in flight for the queue across every pusher."},
+            "headers": {
+                "type": "object",
+                "maxProperties": 20,
+                "additionalProperties": {"type": "string", "maxLength": 1024},
+                "description": "Up to 20 extra request headers (names of letters, digits and '-'); not Host, "
+                "Content-Length, Content-Type, Transfer-Encoding, Connection or any TaskForge- name.",
+            },
+        },
+        "required": ["url"] if request else ["url", "timeout_seconds", "max_concurrent", "headers"],
+        **({"additionalProperties": False} if request else {}),
+    }  # fmt: skip
+
+
+class PushSerializerSchema(OpenApiSerializerFieldExtension):
+    """``push`` in queue create and PATCH bodies."""
+
+    target_class = "queues.api.inputs.PushSerializer"
+
+    def map_serializer_field(self, auto_schema: Any, direction: str) -> dict[str, Any]:
+        return _push_schema(request=True)
+
+
+@extend_schema_field(_push_schema(request=False))
+class PushField(serializers.JSONField):
+    """``push`` in the queue object."""
+
+
 class EnqueueBatchSchema(OpenApiSerializerExtension):
     """The batch body is ``EnqueueBatchSerializer``'s, but each item is an enqueue body.
 
@@ -181,8 +222,16 @@ class Queue(serializers.Serializer):
     timeout_seconds = serializers.IntegerField(
         allow_null=True, help_text="Execution time limit of one attempt (1-86400 s); null: none."
     )
+    push = PushField()
     created_at = _timestamp()
     updated_at = _timestamp()
+
+
+class QueueWithSecret(Queue):
+    push_secret = serializers.CharField(
+        required=False,
+        help_text="The push queue's new signing secret: only in the answer that made it (set push, rotate).",
+    )
 
 
 class QueueList(serializers.Serializer):

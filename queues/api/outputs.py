@@ -44,8 +44,9 @@ def task(row: Mapping[str, Any], queue_name: str, *, with_lease: bool = False) -
     return body
 
 
-def queue(q: Queue) -> dict[str, Any]:
-    return {
+def queue(q: Queue, *, push_secret: str | None = None) -> dict[str, Any]:
+    """The queue object; ``push_secret`` only in the one answer that made the secret."""
+    body = {
         "name": q.name,
         "max_retries": q.max_retries,
         "rate_limit": q.rate_limit,
@@ -55,9 +56,13 @@ def queue(q: Queue) -> dict[str, Any]:
         "retry_base_ms": q.retry_base_ms,
         "retry_max_delay_ms": q.retry_max_delay_ms,
         "timeout_seconds": q.timeout_seconds,
+        "push": q.push,
         "created_at": q.created_at,
         "updated_at": q.updated_at,
     }
+    if push_secret is not None:
+        body["push_secret"] = push_secret
+    return body
 
 
 def history_entry(event: Mapping[str, Any]) -> dict[str, Any]:

@@ -9,7 +9,7 @@ from typing import Any
 from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import Q
-from django.http import HttpResponse
+from django.http import HttpResponse, QueryDict
 from rest_framework import serializers as drf_serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -20,17 +20,19 @@ from queues.api import openapi, outputs, pages
 from queues.api.inputs import (
     BulkReplaySerializer,
     EnqueueBatchSerializer,
+    PushSecretSerializer,
     QueueCreateSerializer,
     QueueUpdateSerializer,
     validate_enqueue,
 )
 from queues.api.lookups import queue_or_404, task_id_or_404
-from queues.api.queue_update import check_delay_bounds, update_queue
+from queues.api.queue_update import apply_push, check_delay_bounds, update_queue
 from queues.api.results import read_task_once
 from queues.apikeys import Role
 from queues.dispatch import announce
 from queues.errors import QueueNameTaken
 from queues.models import DeadLetterTask, Queue, Status
+from queues.push import secrets as push_secrets
 from queues.telemetry import history
 from queues.telemetry.stats import queue_stats
 from taskforge.http.pagination import QueryParams, encode_cursor
@@ -61,14 +63,16 @@ class QueueListView(APIView):
 
     def post(self, request: Request) -> Response:
         fields = _validated(QueueCreateSerializer, request.data)
+        push = fields.pop("push", None)
         queue = Queue(**fields)
+        new_secret = apply_push(queue, push)
         check_delay_bounds(queue.retry_base_ms, queue.retry_max_delay_ms)
         try:
             with transaction.atomic():
                 queue.save()
         except IntegrityError:
             raise QueueNameTaken(fields["name"]) from None
-        return Response(outputs.queue(queue), status=201)
+        return Response(outputs.queue(queue, push_secret=new_secret), status=201)
 
 
 @openapi.queue_detail_schema
@@ -81,14 +85,30 @@ class QueueDetailView(APIView):
     def patch(self, request: Request, name: str) -> Response:
         queue_or_404(name)  # an unknown queue is a 404 before the body is judged
         fields = _validated(QueueUpdateSerializer, request.data)
-        queue, resumed = update_queue(name, fields)
-        if resumed:
+        update = update_queue(name, fields)
+        queue = update.queue
+        if update.resumed:
             transaction.on_commit(lambda: announce.announce(queue, []))
-        return Response(outputs.queue(queue))
+        return Response(outputs.queue(queue, push_secret=update.new_push_secret))
 
     def delete(self, request: Request, name: str) -> Response:
         lifecycle.delete_queue(queue_or_404(name))
         return Response(status=204)
+
+
+@openapi.queue_push_secret_schema
+class QueuePushSecretView(APIView):
+    roles = {"POST": Role.ADMIN}
+
+    def post(self, request: Request, name: str) -> Response:
+        queue_or_404(name)  # an unknown queue is a 404 before the body is judged
+        # No body at all reaches DRF as an empty QueryDict; it means the same as {}.
+        body = request.data
+        _validated(PushSecretSerializer, {} if isinstance(body, QueryDict) and not body else body)
+        queue, secret = push_secrets.rotate(name)
+        audit.record("queue.push_secret_rotated", audit.api_actor(request), f"queue {name!r}: push secret rotated",
+                     queue=name, count=1)  # fmt: skip
+        return Response(outputs.queue(queue, push_secret=secret))
 
 
 @openapi.queue_purge_schema

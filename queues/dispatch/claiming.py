@@ -43,9 +43,10 @@ class Claimed:
 
 
 def claimable_queues(queue: Queue | None) -> list[Queue]:
+    """The queue named (when unpaused), or every unpaused pull queue: push queues' tasks are the pusher's."""
     if queue is not None:
         return [] if queue.paused else [queue]
-    return list(Queue.objects.filter(paused=False))
+    return list(Queue.objects.filter(paused=False, push__isnull=True))
 
 
 @dataclass

@@ -16,7 +16,9 @@ from django.conf import settings
 from django.db import DatabaseError
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 
-from queues.telemetry import counters, depth
+from queues.models import Queue
+from queues.push import semaphore
+from queues.telemetry import counters, depth, push_metrics
 
 logger = logging.getLogger("taskforge.metrics")
 
@@ -37,6 +39,7 @@ class TaskMetricsCollector:
         if totals is not None:
             yield from _counters(totals, queue_names)
         yield from _gauges(depths)
+        yield from _push()
 
     def describe(self) -> Iterator[Metric]:
         # Nothing at registration time: describing must not touch Postgres or Redis.
@@ -128,3 +131,43 @@ def _gauges(depths: list[depth.QueueDepth]) -> Iterator[Metric]:
     yield by_status
     yield dlq
     yield oldest
+
+
+def _push() -> Iterator[Metric]:
+    """Deliveries of push queues (Redis) and those in flight now (the semaphores, also Redis)."""
+    try:
+        push_queues = list(Queue.objects.filter(push__isnull=False).values_list("name", flat=True))
+    except DatabaseError as exc:
+        logger.warning("push queues unavailable: %s", exc, extra={"event": "metrics.depth_failed"})
+        push_queues = []
+    try:
+        totals = push_metrics.snapshot()
+        in_flight = {name: semaphore.in_flight(name) for name in push_queues}
+    except (redis.RedisError, OSError) as exc:
+        logger.warning("push metrics unavailable: %s", exc, extra={"event": "metrics.read_failed"})
+        return
+    deliveries = CounterMetricFamily(
+        "taskforge_push_deliveries",
+        "Push deliveries by outcome (2xx, 3xx, 4xx, 5xx answers; timeout, connection_error, refused).",
+        labels=["queue", "outcome"],
+    )
+    for queue in sorted(set(push_queues) | {queue for queue, _ in totals.deliveries}):
+        for outcome in push_metrics.OUTCOMES:
+            deliveries.add_metric([queue, outcome], totals.deliveries.get((queue, outcome), 0))
+    yield deliveries
+    latency = HistogramMetricFamily(
+        "taskforge_push_delivery_duration_seconds",
+        "From sending a push delivery to its answer read (or its failure).",
+        labels=["queue"],
+    )
+    empty = ([(label, 0) for label in push_metrics.BUCKET_LABELS], 0.0)
+    for queue in sorted(set(push_queues) | set(totals.latencies)):
+        buckets, total = totals.latencies.get(queue, empty)
+        latency.add_metric([queue], buckets, total)
+    yield latency
+    gauge = GaugeMetricFamily(
+        "taskforge_push_in_flight", "Push deliveries in flight now, across every pusher.", labels=["queue"]
+    )
+    for queue in sorted(in_flight):
+        gauge.add_metric([queue], in_flight[queue])
+    yield gauge

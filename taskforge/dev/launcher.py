@@ -10,7 +10,7 @@ taken from the image's PATH instead of an interpreter path.
 * ``api_server``: gunicorn serving ``taskforge.asgi`` with the uvicorn worker
   (gunicorn.conf.py reads HOST, PORT and WEB_CONCURRENCY), or, for
   comparison only, ``taskforge.wsgi`` with gunicorn's gthread worker.
-* ``loop``: ``manage.py run_scheduler`` / ``run_dispatcher`` / ``run_watchdog``, or
+* ``loop``: ``manage.py run_scheduler`` / ``run_dispatcher`` / ``run_watchdog`` / ``run_pusher``, or
   ``run_schedules`` (the schedules part of ``run_scheduler``, alone).
 * ``reference_worker``: ``python -m taskforge_client.worker`` with its command-line flags.
 * ``free_port``, ``spawn``, ``wait_ready``, ``terminate``, ``terminate_all``,
@@ -42,7 +42,7 @@ from typing import IO, Literal
 ROOT = Path(__file__).resolve().parents[2]
 ASGI_APPLICATION = "taskforge.asgi:application"
 WSGI_APPLICATION = "taskforge.wsgi:application"
-LOOPS = ("run_scheduler", "run_dispatcher", "run_watchdog")
+LOOPS = ("run_scheduler", "run_dispatcher", "run_watchdog", "run_pusher")
 #: Loops that ``run_scheduler`` already runs, for deployments that want them in processes of their own
 #: (``make run`` does not start them).
 STANDALONE_LOOPS = ("run_schedules",)
@@ -125,7 +125,7 @@ def api_server(
 
 
 def loop(command: str, *, python: str = sys.executable, once: bool = False) -> ProcessSpec:
-    """A background loop (``run_scheduler``, ``run_dispatcher``, ``run_watchdog``, or ``run_schedules``).
+    """A background loop (``run_scheduler``, ``run_dispatcher``, ``run_watchdog``, ``run_pusher``, ``run_schedules``).
 
     The command name stays the argv entry after ``manage.py`` so that a
     caller can tell its loops apart by argv alone.

@@ -85,6 +85,7 @@ def test_loops_are_management_commands_named_last():
         ("/py", "manage.py", "run_scheduler"),
         ("/py", "manage.py", "run_dispatcher"),
         ("/py", "manage.py", "run_watchdog"),
+        ("/py", "manage.py", "run_pusher"),
     ]
     assert launcher.loop("run_watchdog", python="/py", once=True).argv[-1] == "--once"
     assert launcher.loop("run_schedules", python="/py").argv == ("/py", "manage.py", "run_schedules")

@@ -95,6 +95,7 @@
       setField(row, "rate_limit", fmtRateLimit(q));
       row.classList.toggle("tf-paused", !!q.paused);
       row.querySelector('[data-field="paused"]').hidden = !q.paused;
+      row.querySelector('[data-field="push"]').hidden = !q.push;
       drawSparkline(row.querySelector('[data-field="throughput_history"]'), q.throughput_history);
     });
     Array.prototype.slice.call(body.rows).forEach(function (row) {

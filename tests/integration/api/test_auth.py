@@ -35,6 +35,8 @@ class World:
 def world(db) -> World:
     queue = QueueFactory(name="email_jobs")
     QueueFactory(name="empty_q")
+    QueueFactory(name="push_q", push={"url": "https://example.com/hook", "timeout_seconds": 30,
+                                      "max_concurrent": 10, "headers": {}}, push_secret="s" * 64)  # fmt: skip
     return World(
         pending=TaskFactory(queue=queue),
         claimed=TaskFactory(queue=queue, claimed=True, claimed_by="w-1"),
@@ -50,6 +52,7 @@ ENDPOINTS: list[tuple[str, str, Any, str, int]] = [
     ("PATCH", "/queues/email_jobs", {"paused": True}, ADMIN, 200),
     ("DELETE", "/queues/empty_q", None, ADMIN, 204),
     ("POST", "/queues/email_jobs/purge", None, ADMIN, 200),
+    ("POST", "/queues/push_q/push-secret", None, ADMIN, 200),
     ("POST", "/queues/email_jobs/tasks", {"payload": {}}, PRODUCER, 201),
     ("POST", "/queues/email_jobs/tasks/batch", {"tasks": [{"payload": {}}]}, PRODUCER, 201),
     ("GET", "/queues/email_jobs/tasks", None, PRODUCER, 200),
@@ -188,6 +191,7 @@ def test_invalid_credentials_are_401(world, caller, method, path, body):
         ("GET", "/queues/nope/tasks/not-a-uuid", PRODUCER),
         ("DELETE", "/queues/nope", ADMIN),
         ("POST", "/queues/nope/purge", ADMIN),
+        ("POST", "/queues/nope/push-secret", ADMIN),
         ("GET", "/queues/nope/dlq", ADMIN),
         ("POST", "/queues/nope/dlq/xyz/replay", ADMIN),
         ("DELETE", "/queues/nope/dlq/xyz", ADMIN),

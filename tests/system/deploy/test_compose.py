@@ -29,7 +29,12 @@ REQUIRED = {
     "TASKFORGE_ADMIN_PASSWORD",
     "TASKFORGE_WORKER_API_KEY",
 }
-LOOPS = {"scheduler": "run_scheduler", "dispatcher": "run_dispatcher", "watchdog": "run_watchdog"}
+LOOPS = {
+    "scheduler": "run_scheduler",
+    "dispatcher": "run_dispatcher",
+    "watchdog": "run_watchdog",
+    "pusher": "run_pusher",
+}
 
 
 def test_compose_file_follows_the_compose_specification():

@@ -20,7 +20,12 @@ CONFIG = specs.kubernetes_by_kind("ConfigMap")["taskforge-config"]["data"]
 SECRET = specs.kubernetes_by_kind("Secret")["taskforge-secrets"]["stringData"]
 JOB = specs.kubernetes_by_kind("Job")["taskforge-migrate"]
 WORKLOADS = {**DEPLOYMENTS, "taskforge-migrate": JOB}
-LOOPS = {"scheduler": "run_scheduler", "dispatcher": "run_dispatcher", "watchdog": "run_watchdog"}
+LOOPS = {
+    "scheduler": "run_scheduler",
+    "dispatcher": "run_dispatcher",
+    "watchdog": "run_watchdog",
+    "pusher": "run_pusher",
+}
 IMAGE_UID = int(next(i.args for i in specs.dockerfile_instructions() if i.keyword == "USER").split(":")[0])
 VERSION = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
 
