@@ -9,7 +9,7 @@ Either store being down drops only its own families from the scrape, so
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 
 import redis
 from django.conf import settings
@@ -68,28 +68,38 @@ def _counters(totals: counters.Snapshot, queue_names: list[str]) -> Iterator[Met
             completed.add_metric([queue, status], totals.completed.get((queue, status), 0))
     yield completed
 
-    durations = HistogramMetricFamily(
+    yield _per_queue_histogram(
         "taskforge_task_execution_duration_seconds",
         "Claim to ack, nack or lease expiry, for every finished attempt.",
-        labels=["queue"],
+        queue_names,
+        totals.durations,
+        counters.BUCKET_LABELS,
     )
-    empty = ([(label, 0) for label in counters.BUCKET_LABELS], 0.0)
-    for queue in sorted(set(queue_names) | set(totals.durations)):
-        buckets, total = totals.durations.get(queue, empty)
-        durations.add_metric([queue], buckets, total)
-    yield durations
-
-    waits = HistogramMetricFamily(
+    yield _per_queue_histogram(
         "taskforge_task_wait_seconds",
         "Enqueue to start: from a task's scheduled_at (its enqueue time when due at once) to its claim, per claim.",
-        labels=["queue"],
+        queue_names,
+        totals.waits,
+        counters.BUCKET_LABELS,
     )
-    for queue in sorted(set(queue_names) | set(totals.waits)):
-        buckets, total = totals.waits.get(queue, empty)
-        waits.add_metric([queue], buckets, total)
-    yield waits
     if settings.TASKFORGE_METRICS_KIND_LABEL:
         yield from _by_kind(totals)
+
+
+def _per_queue_histogram(
+    name: str,
+    documentation: str,
+    queue_names: Sequence[str],
+    per_queue: Mapping[str, tuple[list[tuple[str, int]], float]],
+    labels: Sequence[str],
+) -> HistogramMetricFamily:
+    """A histogram family with one series per queue, known queues with no observation yet included (at 0)."""
+    family = HistogramMetricFamily(name, documentation, labels=["queue"])
+    empty = ([(label, 0) for label in labels], 0.0)
+    for queue in sorted(set(queue_names) | set(per_queue)):
+        buckets, total = per_queue.get(queue, empty)
+        family.add_metric([queue], buckets, total)
+    return family
 
 
 def _by_kind(totals: counters.Snapshot) -> Iterator[Metric]:
@@ -155,16 +165,13 @@ def _push() -> Iterator[Metric]:
         for outcome in push_metrics.OUTCOMES:
             deliveries.add_metric([queue, outcome], totals.deliveries.get((queue, outcome), 0))
     yield deliveries
-    latency = HistogramMetricFamily(
+    yield _per_queue_histogram(
         "taskforge_push_delivery_duration_seconds",
         "From sending a push delivery to its answer read (or its failure).",
-        labels=["queue"],
+        push_queues,
+        totals.latencies,
+        push_metrics.BUCKET_LABELS,
     )
-    empty = ([(label, 0) for label in push_metrics.BUCKET_LABELS], 0.0)
-    for queue in sorted(set(push_queues) | set(totals.latencies)):
-        buckets, total = totals.latencies.get(queue, empty)
-        latency.add_metric([queue], buckets, total)
-    yield latency
     gauge = GaugeMetricFamily(
         "taskforge_push_in_flight", "Push deliveries in flight now, across every pusher.", labels=["queue"]
     )
