@@ -20,7 +20,19 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from bench import config, drain, enqueue, peers, ratelimit, report, single_calls, single_producer, timing, trickle
+from bench import (
+    config,
+    drain,
+    enqueue,
+    peers,
+    push,
+    ratelimit,
+    report,
+    single_calls,
+    single_producer,
+    timing,
+    trickle,
+)
 from bench.context import Context, reference_worker_available
 from bench.procs import ROOT, Interrupted, Supervisor, raise_on_termination
 from bench.profile import Profiler
@@ -47,6 +59,7 @@ def _plan() -> list[tuple[str, Workload]]:
         ("W5", timing.w5),
         ("W8", trickle.w8),
         ("CALLS", single_calls.calls),
+        ("W9", push.w9),
         ("W6", drain.w6),
         ("W7", ratelimit.w7),
     ]
@@ -131,7 +144,7 @@ def main() -> int:
         stack.reset_database()
         stack.start()
         document["settings"]["services"] = report.services(ctx)
-        modules = (single_producer, enqueue, drain, timing, ratelimit, trickle, single_calls)
+        modules = (single_producer, enqueue, drain, timing, ratelimit, trickle, single_calls, push)
         for module in modules:
             module.define(ctx)
         ctx.extra["queue_ids"] = {}

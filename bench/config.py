@@ -66,6 +66,8 @@ class Config:
     w7_seconds: float = 20.0
     # W8: one producer enqueuing one by one while 2 worker processes drain
     w8_seconds: float = 8.0
+    # W9: a push queue's backlog delivered to a local receiver answering 200, by 1 then 2 pushers
+    w9_tasks: int = 5_000
     # CALLS: API CPU per call of each single-task endpoint, over this many calls each
     calls_per_endpoint: int = 2_000
     calls_clients: int = 4
@@ -91,6 +93,7 @@ QUICK = {
     "w5_seconds": 5.0,
     "w7_seconds": 6.0,
     "w8_seconds": 3.0,
+    "w9_tasks": 1_000,
     "calls_per_endpoint": 200,
 }
 

@@ -114,6 +114,8 @@ class Stack:
             "TASKFORGE_DB_POOL_SIZE": str(self.pool_size),
             "WEB_CONCURRENCY": str(self.web_concurrency),
             "PYTHONUNBUFFERED": "1",
+            # W9's receiver listens on 127.0.0.1, which the pusher refuses unless told otherwise.
+            "TASKFORGE_PUSH_ALLOW_PRIVATE": "true",
         }
         env.update(extra)
         return env
