@@ -21,8 +21,8 @@ from tests.factories import QueueFactory
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
 #: How long the schedules run, in seconds, and when the second process is killed and restarted.
-RUN_SECONDS = 30
-KILLS = ((6, 9), (16, 18))
+RUN_SECONDS = 60
+KILLS = ((12, 17), (35, 40))
 
 
 def _fire_times(name: str) -> list[datetime]:
