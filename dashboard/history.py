@@ -11,6 +11,7 @@ from typing import Any
 
 from dashboard.charts import Series, line_chart
 from queues.telemetry import history
+from taskforge.infra.clock import database_now
 
 #: name -> (span, step): 60, 96 and 168 points.
 RANGES: dict[str, tuple[timedelta, timedelta]] = {
@@ -36,7 +37,7 @@ def charts(range_name: str) -> dict[str, Any]:
     if range_name not in RANGES:
         range_name = DEFAULT_RANGE
     span, step = RANGES[range_name]
-    now = history.database_now()
+    now = database_now()
     since = _floor(now - span, step)
     rows = []
     for queue, points in sorted(history.history_of_every_queue(since, now, step).items()):

@@ -36,6 +36,7 @@ from queues.push import secrets as push_secrets
 from queues.telemetry import history
 from queues.telemetry.stats import queue_stats
 from taskforge.http.pagination import QueryParams, encode_cursor
+from taskforge.infra.clock import database_now
 from taskforge.ops import audit
 from workers import longpoll
 
@@ -144,7 +145,7 @@ class QueueHistoryView(APIView):
         queue = queue_or_404(name)
         params = QueryParams(request.query_params, HISTORY_PARAMS)
         step = timedelta(seconds=params.integer("step", 60, 86400, 60))
-        now = history.database_now()  # Postgres' clock names the samples' minutes
+        now = database_now()  # Postgres' clock names the samples' minutes
         since = params.timestamp("since") or now - DEFAULT_HISTORY
         if step.total_seconds() % 60:
             raise drf_serializers.ValidationError({"step": ["Must be a whole number of minutes (60, 300, 3600...)."]})

@@ -10,20 +10,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 from datetime import datetime, timedelta
 
-from django.db import connection, transaction
+from django.db import transaction
 
 from queues.models import Schedule
 from queues.schedules import timing
-
-DATABASE_NOW = "SELECT now()"
-
-
-def database_now() -> datetime:
-    """Postgres' clock (the start of the current transaction)."""
-    with connection.cursor() as cursor:
-        cursor.execute(DATABASE_NOW)
-        (now,) = cursor.fetchone()
-    return now  # type: ignore[no-any-return]
+from taskforge.infra.clock import database_now
 
 
 def timing_of(schedule: Schedule, *, anchor: datetime | None = None) -> timing.Timing:

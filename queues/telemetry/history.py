@@ -18,7 +18,6 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db import connection
 from django.db.models.expressions import RawSQL
 
 from queues.models import QueueSample
@@ -113,13 +112,6 @@ def steps(samples: Sequence[QueueSample], since: datetime, until: datetime, step
                 for i, amount in enumerate(_per_bucket(_increase(*theirs))):
                     mine[i] += amount
     return out
-
-
-def database_now() -> datetime:
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT now()")
-        now: datetime = cursor.fetchone()[0]
-    return now
 
 
 def history_of_every_queue(since: datetime, until: datetime, step: timedelta) -> dict[str, list[dict[str, Any]]]:

@@ -27,10 +27,16 @@ request_id_var: contextvars.ContextVar[str | None] = contextvars.ContextVar("req
 
 @dataclass(frozen=True)
 class Caller:
-    """Who sent the request in hand: its address (trusted proxies honoured) and its ``User-Agent``."""
+    """Who sent the request in hand, as it arrived; the worker registry reads it at most once a second."""
 
-    address: str
+    remote: str
+    forwarded_for: str
     agent: str
+
+    @property
+    def address(self) -> str:
+        """The client's address, trusted proxies honoured (worked out only when asked: not per request)."""
+        return address_of(self.remote, self.forwarded_for)
 
 
 #: The caller of the request in hand (both edges set it): the worker registry records it.
@@ -38,7 +44,7 @@ caller_var: contextvars.ContextVar[Caller | None] = contextvars.ContextVar("call
 
 
 def caller_of(remote: str, forwarded_for: str, agent: str) -> Caller:
-    return Caller(address_of(remote, forwarded_for), agent[:200])
+    return Caller(remote, forwarded_for, agent[:200])
 
 
 _REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")

@@ -13,6 +13,7 @@ from queues.loops import history as sampler
 from queues.models import QueueSample
 from queues.telemetry import counters, history
 from queues.telemetry.counters import BUCKETS
+from taskforge.infra.clock import database_now
 from tests.integration.api.support import assert_error
 
 pytestmark = pytest.mark.django_db
@@ -21,7 +22,7 @@ URL = "/queues/email_jobs/history"
 
 
 def minute_ago(minutes: int):  # type: ignore[no-untyped-def]
-    return (history.database_now() - timedelta(minutes=minutes)).replace(second=0, microsecond=0)
+    return (database_now() - timedelta(minutes=minutes)).replace(second=0, microsecond=0)
 
 
 def store(queue: str, minutes_ago: int, **counts: int) -> QueueSample:
@@ -103,7 +104,7 @@ def test_bad_parameters_are_400(producer, queue, query):
 
 
 def test_too_many_points_is_400_and_old_since_is_clamped(producer, queue, settings):
-    week_ago = quote((history.database_now() - timedelta(days=7)).isoformat())
+    week_ago = quote((database_now() - timedelta(days=7)).isoformat())
     assert_error(producer.get(f"{URL}?since={week_ago}&step=60"), 400, "validation_error", fields=["step"])
     settings.TASKFORGE_HISTORY_DAYS = 1
     clamped = producer.get(f"{URL}?since={week_ago}&step=3600").json()

@@ -6,13 +6,13 @@ import math
 from datetime import timedelta
 
 from queues.models import QueueSample
-from queues.telemetry import history
 from queues.telemetry.counters import BUCKETS
+from taskforge.infra.clock import database_now
 
 
 def fill_a_day(queue: str, *, per_minute: int = 300) -> int:
     """Samples for every minute of the last 24 hours; returns how many."""
-    now = history.database_now().replace(second=0, microsecond=0)
+    now = database_now().replace(second=0, microsecond=0)
     rows = []
     done = failed = enqueued = 0
     runs = [0] * len(BUCKETS)
