@@ -135,11 +135,12 @@ if DB_POOL_SIZE:
     _db_options["pool"] = {"min_size": 1, "max_size": DB_POOL_SIZE, "timeout": 10}
     _db["CONN_MAX_AGE"] = 0  # the pool owns connection lifetime
 _db["OPTIONS"] = _db_options
-# Checked on every checkout: after a Postgres restart or pg_terminate_backend a
-# process would otherwise hand out its dead pooled connections one failed request
-# (or loop tick) at a time. Measured by make test-faults. This backend's check costs
-# a round trip only when the server wrote to the idle connection (as it does when it
-# ends one), and its pool sweeps itself once it finds a dead one (taskforge/infra/postgres/).
+# Checked on every checkout (with the pool: one empty round trip): after a
+# Postgres restart or pg_terminate_backend a process would otherwise hand out its
+# dead pooled connections one failed request (or loop tick) at a time. Measured by
+# make test-faults. This backend's pool also sweeps itself once it finds a dead one.
+# (A zero-timeout poll of the idle socket instead was tried: it misses a backend
+# terminated a moment before the checkout, which the empty query still catches.)
 _db["CONN_HEALTH_CHECKS"] = True
 _db["ENGINE"] = "taskforge.infra.postgres"
 DATABASES = {"default": _db}

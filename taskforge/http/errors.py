@@ -78,8 +78,27 @@ def _validation_message(fields: dict[str, list[str]]) -> str:
     return f"{name}: {messages[0]}"
 
 
+def connection_lost(exc: Exception) -> Exception:
+    """``exc`` as the unavailable database it was, when it broke this thread's connection.
+
+    A server that goes away mid-call is not always reported as a lost
+    connection: through PgBouncer, a backend terminated while a transaction
+    begins answers ``BEGIN`` with its FATAL error as well, which psycopg reports
+    as an ``InternalError`` ("received 2 results"). Whatever the error, a
+    connection left broken means the call may be repeated: a 503, not a 500.
+    Call it on the thread that ran the statement (the connection is per thread).
+    """
+    if isinstance(exc, db.DatabaseError) and not isinstance(exc, (db.OperationalError, db.InterfaceError)):
+        raw = db.connection.connection
+        if raw is not None and (raw.closed or raw.broken):
+            lost = db.OperationalError(f"the database connection broke: {exc}")
+            lost.__cause__ = exc
+            return lost
+    return exc
+
+
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response:
-    status, body, headers = error_answer(exc)
+    status, body, headers = error_answer(connection_lost(exc))
     return Response(body, status=status, headers=headers)
 
 

@@ -8,41 +8,19 @@ although Postgres is back (``tests/tools/faults/test_db_unavailable.py``).
 One dead connection says the others probably died with it: check them all
 there and then, so the next attempt gets a fresh connection.
 
-The check itself costs no round trip while the connection is quiet. A server
-writes to an idle connection only to end it (the ``FATAL`` of a shutdown or a
-``pg_terminate_backend``, then the close) or with news the client has to read
-(a changed setting): so a connection with nothing to read is handed out as it
-is, and one with something to read gets psycopg_pool's check, an empty query.
-That query was one of the round trips of every single-task call (``make
-bench``, CALLS); a server that vanished without a word fails the statement
-itself, which the same pool then throws away.
-
 Django builds the pool itself and always passes psycopg_pool's plain check,
 so the sweeping check is put in place of it once the pool exists.
 """
 
 from __future__ import annotations
 
-import select
 from typing import Any
 
 from django.db.backends.postgresql import base
 from psycopg_pool import ConnectionPool
 
 
-def _has_input(conn: Any) -> bool:
-    """Whether the server wrote to this idle connection (or its socket is gone): a zero-timeout poll."""
-    try:
-        poller = select.poll()
-        poller.register(conn.pgconn.socket, select.POLLIN | select.POLLPRI)
-        return bool(poller.poll(0))
-    except Exception:  # no socket left to poll: let the full check say what is wrong
-        return True
-
-
 def check_connection(conn: Any) -> None:
-    if not conn.closed and not _has_input(conn):
-        return
     try:
         ConnectionPool.check_connection(conn)
     except Exception:
