@@ -73,8 +73,13 @@ def soak(h: Harness, run: ScenarioRun) -> None:
         actions, weights = zip(*faults, strict=True)
         rng = random.Random(run.notes.setdefault("seed", random.randrange(1 << 32)))
         run.notes["stale_calls_accepted"] = []
+        began = time.monotonic()
+        milestones = sorted(engine_milestones(h), key=lambda m: m[0])
         while time.monotonic() < deadline:
-            action = rng.choices(actions, weights)[0]
+            if milestones and time.monotonic() - began >= milestones[0][0] * (deadline - began):
+                action = milestones.pop(0)[1]  # a fault the run must include, whatever the draw
+            else:
+                action = rng.choices(actions, weights)[0]
             try:
                 action(h, run)
             except Exception as exc:  # one fault that could not be injected is noted, not the end of the soak
@@ -97,6 +102,13 @@ def engine_faults(h: Harness) -> list[tuple[Callable[[Harness, ScenarioRun], Non
     if h.postgres.restartable:
         faults.append((pg_restart, 1))
     return faults
+
+
+def engine_milestones(h: Harness) -> list[tuple[float, Callable[[Harness, ScenarioRun], None]]]:
+    """Faults a soak of this topology includes for certain, at these fractions of its length."""
+    if h.multinode:  # the Redis primary fails over twice, PgBouncer restarts once, between the draws
+        return [(0.3, redis_failover), (0.55, pgbouncer_restart), (0.8, redis_failover)]
+    return []
 
 
 def verify_soak(h: Harness, run: ScenarioRun, result: CheckResult) -> list[str]:
