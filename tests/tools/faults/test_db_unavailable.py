@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 
 import httpx
+import psycopg
 import pytest
 from django import db
 from django.conf import settings
@@ -115,3 +116,29 @@ def test_any_database_error_that_broke_the_connection_is_a_503():
     assert isinstance(lost, db.OperationalError) and lost.__cause__ is odd
     assert exception_handler(lost, {}).status_code == 503
     connection.close()
+
+
+def _raised_from(cause: Exception) -> db.InternalError:
+    error = db.InternalError(str(cause))
+    error.__cause__ = cause
+    return error
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_protocol_error_of_the_driver_is_a_503_and_the_connection_is_dropped():
+    """psycopg's own InternalError (no SQLSTATE: no server said it) means the connection is out of step."""
+    connection.ensure_connection()
+    raw = connection.connection
+    lost = connection_lost(_raised_from(psycopg.errors.InternalError("received 2 results from command 'BEGIN'")))
+    assert isinstance(lost, db.OperationalError)
+    assert raw.closed  # not handed out again
+    connection.close()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_internal_error_the_server_reported_stays_a_500():
+    connection.ensure_connection()
+    server_said = _raised_from(psycopg.errors.lookup("XX000")("could not read block"))
+    assert connection_lost(server_said) is server_said
+    assert exception_handler(server_said, {}).status_code == 500
+    assert not connection.connection.closed
