@@ -9,6 +9,7 @@ from django.conf import settings
 from django.db import connection
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views import View
+from redis.cluster import RedisCluster
 
 from taskforge.http.errors import error_body
 from taskforge.infra.redis import redis_client
@@ -31,11 +32,20 @@ def check_postgres() -> str | None:
 def check_redis() -> str | None:
     try:
         client = redis_client()
-        client.ping()
-        policy = client.config_get("maxmemory-policy").get("maxmemory-policy", "noeviction")
-        if policy != "noeviction":
-            # An evicting Redis can silently drop dispatch state; refuse to call it ready.
-            return f"redis: maxmemory-policy is {policy}, must be noeviction"
+        if isinstance(client, RedisCluster):
+            # Each primary serves its share of the slots: every one must answer, and none may evict.
+            client.ping(target_nodes=RedisCluster.PRIMARIES)
+            replies = client.config_get("maxmemory-policy", target_nodes=RedisCluster.PRIMARIES)
+            if "maxmemory-policy" in replies:  # redis-py unwraps the reply of a lone primary
+                replies = {"": replies}
+            policies = [reply.get("maxmemory-policy", "noeviction") for reply in replies.values()]
+        else:
+            client.ping()
+            policies = [client.config_get("maxmemory-policy").get("maxmemory-policy", "noeviction")]
+        for policy in policies:
+            if policy != "noeviction":
+                # An evicting Redis can silently drop dispatch state; refuse to call it ready.
+                return f"redis: maxmemory-policy is {policy}, must be noeviction"
         return None
     except Exception as exc:
         return f"redis: {type(exc).__name__}"
