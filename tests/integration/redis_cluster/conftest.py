@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import redis_at
-from tests.integration.redis_cluster.cluster import LocalCluster
+from taskforge.dev.redis_cluster import LocalCluster
 
 
 def _started(directory: Path) -> Iterator[LocalCluster]:

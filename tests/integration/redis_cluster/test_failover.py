@@ -17,7 +17,7 @@ from queues.apikeys import create_key
 from queues.dispatch import doorbell, lanes
 from queues.models import Task, TaskEvent
 from tests.factories import QueueFactory
-from tests.integration.redis_cluster.cluster import LocalCluster
+from taskforge.dev.redis_cluster import LocalCluster
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow, pytest.mark.xdist_group("redis_cluster")]
 

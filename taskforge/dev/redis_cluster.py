@@ -1,4 +1,11 @@
-"""A real Redis Cluster of three primaries and three replicas on free ports, for Cluster tests."""
+"""A real Redis Cluster of three primaries and three replicas on free loopback ports, from the
+redis-server and redis-cli binaries: for the Cluster tests and the doorbell measurement
+(``bench/doorbell.py``), never for production.
+
+The nodes keep nothing on disk but their cluster state (no RDB, no AOF) and call
+a silent peer failed after one second, so a killed primary's replica is promoted
+within a few seconds.
+"""
 
 from __future__ import annotations
 
@@ -12,7 +19,7 @@ from typing import Any
 import redis
 from redis.cluster import key_slot
 
-from tests.live import free_port
+from taskforge.dev.launcher import free_port
 
 PRIMARIES = 3
 #: How long a node may stay silent before its peers call it failed: short, so a failover takes seconds.
@@ -27,7 +34,8 @@ def _wait(what: str, check: Callable[[], bool], timeout: float = 30.0) -> None:
                 return
         except redis.RedisError:
             pass
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out waiting for {what}")
         time.sleep(0.1)
 
 
@@ -38,6 +46,7 @@ class LocalCluster:
     processes: dict[int, subprocess.Popen[bytes]] = field(default_factory=dict)
 
     def url(self) -> str:
+        """A ``redis+cluster://`` URL naming the first primaries (the client learns the rest from them)."""
         return "redis+cluster://" + ",".join(f"127.0.0.1:{port}" for port in self.ports[:PRIMARIES])
 
     def start(self) -> None:
@@ -48,7 +57,8 @@ class LocalCluster:
             "--cluster-replicas", "1", "--cluster-yes",
         ]  # fmt: skip
         done = subprocess.run(create, capture_output=True, text=True, timeout=60)
-        assert done.returncode == 0, done.stdout + done.stderr
+        if done.returncode != 0:
+            raise RuntimeError(f"redis-cli --cluster create failed:\n{done.stdout}{done.stderr}")
         _wait("every node to see the whole cluster", self._settled, timeout=60)
 
     def _settled(self) -> bool:
@@ -95,14 +105,14 @@ class LocalCluster:
             for start, end, primary, *_ in shards:
                 if start <= slot <= end:
                     return int(primary[1])
-        raise AssertionError(f"no node serves slot {slot}")
+        raise LookupError(f"no node serves slot {slot}")
 
     def replica_of(self, primary_port: int) -> int:
         for port in self.live_ports():
             replication: Any = self.node(port).info("replication")
             if replication["role"] == "slave" and int(replication["master_port"]) == primary_port:
                 return port
-        raise AssertionError(f"{primary_port} has no replica")
+        raise LookupError(f"{primary_port} has no replica")
 
     def flush(self) -> None:
         for port in self.primaries():
