@@ -40,7 +40,7 @@ from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from redis.backoff import ExponentialWithJitterBackoff
 from redis.connection import parse_url
-from redis.exceptions import RedisClusterException
+from redis.exceptions import CrossSlotTransactionError, InvalidPipelineStack, RedisClusterException
 from redis.retry import Retry
 
 SENTINEL_SCHEME = "redis+sentinel"
@@ -193,7 +193,7 @@ def check_url(url: str) -> None:
 
 
 class ClusterUnavailable(redis.ConnectionError):
-    """The Cluster client found no node to ask, or no node serving a slot.
+    """The Cluster client found no node to ask, no node serving a slot, or a slot map it cannot use.
 
     redis-py raises ``RedisClusterException`` for these, which is no
     ``RedisError``; every caller here treats a ``RedisError`` as an outage (and
@@ -205,6 +205,8 @@ class ClusterUnavailable(redis.ConnectionError):
 def _cluster_errors_as_outages() -> Iterator[None]:
     try:
         yield
+    except (CrossSlotTransactionError, InvalidPipelineStack):
+        raise  # a MULTI over two slots is a mistake in the code, not an outage
     except RedisClusterException as exc:
         raise ClusterUnavailable(str(exc)) from exc
 

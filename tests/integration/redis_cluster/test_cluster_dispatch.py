@@ -7,6 +7,7 @@ import time
 
 import pytest
 from django.core.cache import cache
+from redis.exceptions import CrossSlotTransactionError
 
 import taskforge.infra.redis
 from queues.dispatch import doorbell, lanes, outage, ratelimit
@@ -107,3 +108,17 @@ def test_a_cluster_out_of_reach_is_an_outage_postgres_rides_out(settings, monkey
     QueueFactory(name="limited", rate_limit=5)
     enqueue(producer, "limited")
     assert claim(worker, queue="limited") == []  # rate limits fail closed, as on any Redis outage
+
+
+def test_a_transaction_over_two_slots_is_refused_as_a_mistake_not_taken_for_an_outage(redis_cluster):
+    pipe = redis_client().pipeline(transaction=True)
+    pipe.incr("tf:{one}:probe")
+    pipe.incr("tf:{other}:probe")
+
+    with pytest.raises(CrossSlotTransactionError):
+        pipe.execute()
+    # One slot (as the metrics' {metrics} keys share one) is a transaction as on a single Redis.
+    pipe = redis_client().pipeline(transaction=True)
+    pipe.incr("tf:{one}:probe")
+    pipe.incr("tf:{one}:other")
+    assert pipe.execute() == [1, 1]
