@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import redis_at
 from taskforge.dev.redis_cluster import LocalCluster
+from tests.conftest import redis_at
 
 
 def _started(directory: Path) -> Iterator[LocalCluster]:

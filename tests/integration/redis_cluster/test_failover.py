@@ -16,8 +16,8 @@ from django.db.models import Count
 from queues.apikeys import create_key
 from queues.dispatch import doorbell, lanes
 from queues.models import Task, TaskEvent
-from tests.factories import QueueFactory
 from taskforge.dev.redis_cluster import LocalCluster
+from tests.factories import QueueFactory
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow, pytest.mark.xdist_group("redis_cluster")]
 
