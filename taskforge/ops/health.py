@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import hmac
+from typing import Any
 
 from django.conf import settings
 from django.db import connection
@@ -35,10 +36,11 @@ def check_redis() -> str | None:
         if isinstance(client, RedisCluster):
             # Each primary serves its share of the slots: every one must answer, and none may evict.
             client.ping(target_nodes=RedisCluster.PRIMARIES)
-            replies = client.config_get("maxmemory-policy", target_nodes=RedisCluster.PRIMARIES)
-            if "maxmemory-policy" in replies:  # redis-py unwraps the reply of a lone primary
-                replies = {"": replies}
-            policies = [reply.get("maxmemory-policy", "noeviction") for reply in replies.values()]
+            replies: Any = client.config_get("maxmemory-policy", target_nodes=RedisCluster.PRIMARIES)
+            # {node: {setting: value}} (typed as one node's reply), except that redis-py unwraps the reply of a
+            # lone primary.
+            per_node = [replies] if "maxmemory-policy" in replies else list(replies.values())
+            policies = [reply.get("maxmemory-policy", "noeviction") for reply in per_node]
         else:
             client.ping()
             policies = [client.config_get("maxmemory-policy").get("maxmemory-policy", "noeviction")]
