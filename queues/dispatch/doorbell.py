@@ -119,6 +119,7 @@ def _parse(message: bytes) -> tuple[str, int]:
 
 
 async def _subscribe(pubsub: aioredis.client.PubSub, channels: list[str], *, sharded: bool, stop: bool = False) -> None:
+    """(Un)subscribe ``channels``: sharded pub/sub on a Cluster, classic pub/sub elsewhere."""
     if sharded:
         await (pubsub.sunsubscribe(*channels) if stop else pubsub.ssubscribe(*channels))
     else:

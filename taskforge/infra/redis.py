@@ -295,7 +295,8 @@ async def async_pubsub_client(channel: str, **options: Any) -> aioredis.Redis:
     cluster = cluster_target(url)
     if cluster is not None:
         startup = [aiocluster.ClusterNode(host, port) for host, port in cluster.nodes]
-        finder = aiocluster.RedisCluster(startup_nodes=startup, **cluster.cluster_kwargs(options))
+        # Only asked for the slot map (redis-py's asyncio client takes no synchronous ``retry``).
+        finder = aiocluster.RedisCluster(startup_nodes=startup, **cluster.node_kwargs(options))
         try:
             with _cluster_errors_as_outages():
                 await finder.initialize()
