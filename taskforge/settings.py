@@ -149,8 +149,9 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 # --- Redis --------------------------------------------------------------------
 
 REDIS_URL = _redis_url or embedded.redis_url(TASKFORGE_HOME)
-# redis+sentinel://... (docs/deployment.md): a malformed one stops the process here, not at first use.
-redis_infra.sentinel_target(REDIS_URL)
+# redis+sentinel://... or redis+cluster://... (docs/deployment.md): a malformed one stops the process here,
+# not at first use.
+redis_infra.check_url(REDIS_URL)
 
 # Django's cache, on the same Redis (django-redis).
 CACHES = {
@@ -161,8 +162,10 @@ CACHES = {
         # Apart from the dispatch tier's own tf:* keys, so a look at Redis tells them apart.
         "KEY_PREFIX": "tf:cache",
         "OPTIONS": {
-            # Understands redis+sentinel:// as well, so the cache follows a failover too.
-            "CONNECTION_FACTORY": "taskforge.infra.redis.CacheConnectionFactory",
+            # Understands redis+sentinel:// and redis+cluster:// as well, so the cache follows a failover too.
+            "CONNECTION_FACTORY": "taskforge.infra.cache.CacheConnectionFactory",
+            # django-redis' client, except that on a Cluster multi-key reads go slot by slot.
+            "CLIENT_CLASS": "taskforge.infra.cache.CacheClient",
             "SOCKET_CONNECT_TIMEOUT": 2,
             "SOCKET_TIMEOUT": 2,
             # A cache miss instead of a 500 while Redis is down: sessions (cached_db)

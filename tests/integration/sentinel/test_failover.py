@@ -111,6 +111,6 @@ def test_primary_killed_mid_run_loses_nothing(live_stack, sentinel_cluster):
         # Long polls listen for doorbells on the promoted primary again (the subscription followed too).
         client.post("/workers/claim", json={"worker_id": "w", "queue": "after", "wait_seconds": 1})
         deadline = time.monotonic() + 15
-        while promoted.pubsub_numsub(f"{doorbell.CHANNEL_PREFIX}0")[0][1] == 0:
+        while promoted.pubsub_numsub(f"{doorbell.CHANNEL_PREFIX}{{0}}")[0][1] == 0:
             assert time.monotonic() < deadline, "no API process subscribed to the doorbell on the new primary"
             time.sleep(0.2)
