@@ -107,9 +107,10 @@ test-faults: venv ## Fault injection: outages, kills, skewed clocks (about 10 mi
 	$(PY) -m faults $(FAULTS_ARGS)
 
 # The soak through the multi-node simulation (faults/multinode.py): 3 API servers behind HAProxy,
-# PgBouncer, a Sentinel-managed Redis, two of each loop; Debian's haproxy and pgbouncer.
-test-faults-multinode: venv ## The fault soak through the multi-node simulation (FAULTS_SOAK_MINUTES, default 3)
-	$(PY) -m faults --multinode $(FAULTS_ARGS)
+# PgBouncer, two of each loop; once on a Redis Cluster, once on a Sentinel-managed Redis.
+test-faults-multinode: venv ## The fault soak through the multi-node simulation, on a Cluster then on Sentinel (3 min each)
+	$(PY) -m faults --multinode cluster $(FAULTS_ARGS)
+	$(PY) -m faults --multinode sentinel $(FAULTS_ARGS)
 
 # Schemathesis over /api/schema with every role's key, coverage phase on (make test runs a
 # bounded version of the same test).

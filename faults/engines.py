@@ -3,6 +3,9 @@
 * :class:`PgBouncer`: transaction pooling in front of a Postgres, restartable.
 * :class:`SentinelRedis`: a Redis primary, its replica and three sentinels; the
   primary can be killed and the sentinels promote the replica.
+* :class:`ClusterRedis`: a Redis Cluster of three primaries and three replicas
+  (``taskforge.dev.redis_cluster``); the primary of the doorbell's shard can be
+  killed and the cluster promotes its replica.
 * :class:`HAProxy`: one HTTP front for several API servers, round robin, with
   health checks, so a dead server stops getting requests within a second.
 
@@ -27,8 +30,10 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import redis
+from redis.cluster import RedisCluster
 
 from taskforge.dev.launcher import free_port
+from taskforge.dev.redis_cluster import LocalCluster
 
 # Debian installs these under /usr/sbin, which is not on every user's PATH.
 PGBOUNCER = shutil.which("pgbouncer") or shutil.which("pgbouncer", path="/usr/sbin")
@@ -230,6 +235,43 @@ class SentinelRedis:
         for process in self.processes.values():
             _stop(process)
         self.processes.clear()
+
+
+# -- Redis Cluster ----------------------------------------------------------------------------
+
+#: The doorbell's channel hash tag (``queues.dispatch.doorbell``): a kill of its shard's primary
+#: cuts every long poll's subscription as well as that shard's lanes.
+DOORBELL_KEY = "tf:wake:{0}"
+
+
+class ClusterRedis:
+    """A local Redis Cluster as the soak's Redis faults see it (as :class:`faults.engines.SentinelRedis` is)."""
+
+    def __init__(self, directory: Path) -> None:
+        self.cluster = LocalCluster(directory=directory)
+
+    def url(self, db: int = 0) -> str:
+        return self.cluster.url()
+
+    def start(self) -> None:
+        self.cluster.start()
+
+    def client(self) -> redis.Redis:
+        # A client that follows the slots: the soak's garbage ids go to each lane's own node.
+        return RedisCluster(host="127.0.0.1", port=self.cluster.primaries()[0], socket_timeout=2)  # type: ignore[return-value]
+
+    def flushall(self) -> None:
+        self.cluster.flush()
+
+    def fail_over(self) -> tuple[int, int]:
+        """kill -9 the primary of the doorbell's shard, await the promotion, bring the node back as a replica."""
+        victim = self.cluster.primary_for(DOORBELL_KEY)
+        promoted = self.cluster.kill_primary_and_await_promotion(victim)
+        self.cluster.rejoin(victim)
+        return victim, promoted
+
+    def stop(self) -> None:
+        self.cluster.stop()
 
 
 # -- HAProxy -----------------------------------------------------------------------------------

@@ -7,13 +7,16 @@ through it and prints the throughput; ``python -m faults --multinode
 
 * Postgres: the machine's server, a dedicated database, reached only through
   PgBouncer in transaction pool mode (``TASKFORGE_DB_PGBOUNCER=true``).
-* Redis: a primary, a replica and three sentinels (``redis+sentinel://``).
+* Redis (``--redis``): a Cluster of three primaries and three replicas
+  (``redis+cluster://``), or a primary, a replica and three sentinels
+  (``redis+sentinel://``).
 * Three API servers (gunicorn, as in production) on their own ports behind
   HAProxy; producers and workers know only HAProxy's address.
 * Two copies of each loop (dispatcher, scheduler, watchdog, pusher).
 
-Its faults, beside the soak's own: the Redis primary killed (the sentinels
-promote the replica, the old primary comes back as a replica) and PgBouncer
+Its faults, beside the soak's own: a Redis primary killed (on a Cluster, the
+primary of the doorbell's shard; its replica is promoted, by the cluster or by
+the sentinels, and the killed node comes back as a replica) and PgBouncer
 killed and restarted (every client connection cut).
 """
 
@@ -31,7 +34,7 @@ from pathlib import Path
 
 import httpx
 
-from faults.engines import HAProxy, PgBouncer, SentinelRedis
+from faults.engines import ClusterRedis, HAProxy, PgBouncer, SentinelRedis
 from faults.load import Producer, create_queue
 from faults.run import Harness
 from faults.services import MachinePostgres
@@ -48,16 +51,24 @@ LOAD_PRODUCERS = 16
 API_PROCESSES = 1
 
 
+REDIS_MODES = ("cluster", "sentinel")
+
+
 class MultiNodeHarness(Harness):
     """The fault harness over the multi-node topology (``faults.run.Harness`` runs the scenarios)."""
 
     multinode = True
 
-    def __init__(self, run_dir: Path, postgres: MachinePostgres, workers: int, rate: float) -> None:
+    def __init__(
+        self, run_dir: Path, postgres: MachinePostgres, workers: int, rate: float, redis_mode: str = "cluster"
+    ) -> None:
         super().__init__(run_dir, postgres, workers, rate)
-        self.sentinel_redis = SentinelRedis(run_dir / "redis")
-        # What the soak's Redis faults act on: client() and flushall() reach the primary of the moment.
-        self.redis = self.sentinel_redis  # type: ignore[assignment]
+        (run_dir / "redis").mkdir(parents=True, exist_ok=True)
+        self.redis_mode = redis_mode
+        nodes = run_dir / "redis"
+        self.redis_nodes = ClusterRedis(nodes) if redis_mode == "cluster" else SentinelRedis(nodes)
+        # What the soak's Redis faults act on: client(), flushall() and fail_over() reach the primary of the moment.
+        self.redis = self.redis_nodes  # type: ignore[assignment]
         self.pgbouncer = PgBouncer(postgres.url)
         self.api_ports = [free_port() for _ in range(API_SERVERS)]
         self.haproxy = HAProxy(self.api_ports)
@@ -74,13 +85,12 @@ class MultiNodeHarness(Harness):
 
     def start(self) -> None:
         self.postgres.start()
-        (self.run_dir / "redis").mkdir(parents=True, exist_ok=True)
-        self.sentinel_redis.start()
+        self.redis_nodes.start()
         self.pgbouncer.start()
         self.stack = Stack(
             run_dir=self.run_dir,
             database_url=self.pgbouncer.url(),
-            redis_url=self.sentinel_redis.url(0),
+            redis_url=self.redis_nodes.url(0),
             secret_key=secrets.token_urlsafe(50),
             settings_env={"TASKFORGE_DB_PGBOUNCER": "true"},
         )
@@ -100,7 +110,7 @@ class MultiNodeHarness(Harness):
         finally:
             self.haproxy.stop()
             self.pgbouncer.stop()
-            self.sentinel_redis.stop()
+            self.redis_nodes.stop()
             self.postgres.stop()
 
     def heal(self, run: object) -> None:
@@ -124,7 +134,8 @@ class MultiNodeHarness(Harness):
 
 def _fresh(args: argparse.Namespace, prefix: str) -> MultiNodeHarness:
     run_dir = Path(tempfile.mkdtemp(prefix=prefix))
-    return MultiNodeHarness(run_dir, MachinePostgres(args.database_url), workers=args.workers, rate=args.rate)
+    postgres = MachinePostgres(args.database_url)
+    return MultiNodeHarness(run_dir, postgres, workers=args.workers, rate=args.rate, redis_mode=args.redis)
 
 
 def _up(args: argparse.Namespace) -> int:
@@ -136,7 +147,7 @@ def _up(args: argparse.Namespace) -> int:
         print(f"API (HAProxy)   {harness.haproxy.url}")
         print(f"API servers     {', '.join(p.url for p in harness.stack.apis())}")
         print(f"Postgres        {harness.pgbouncer.url()} (PgBouncer, transaction pooling)")
-        print(f"Redis           {harness.sentinel_redis.url(0)}")
+        print(f"Redis           {harness.redis_nodes.url(0)}")
         print(f"keys            admin {harness.stack.admin_key}  producer {harness.stack.producer_key}")
         print(f"logs            {harness.run_dir / 'logs'}")
         print("Ctrl-C stops everything.", flush=True)
@@ -194,6 +205,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m faults.multinode", description=__doc__.split("\n\n")[0])
     parser.add_argument("command", choices=["up", "load"])
     parser.add_argument("--database-url", default=DATABASE_URL, help="a database it may drop and recreate")
+    parser.add_argument("--redis", choices=REDIS_MODES, default="cluster", help="a Redis Cluster, or Sentinel")
     parser.add_argument("--workers", type=int, default=4, help="reference worker processes")
     parser.add_argument("--rate", type=float, default=200.0, help="load: enqueues per second")
     parser.add_argument("--seconds", type=float, default=30.0, help="load: how long producers run")

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import json
 import os
 import secrets
@@ -349,9 +350,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--multinode",
-        action="store_true",
+        nargs="?",
+        const="cluster",
+        choices=["cluster", "sentinel"],
         help="the soak through the multi-node simulation (faults.multinode): 3 API servers behind HAProxy, "
-        "PgBouncer, Sentinel-managed Redis, two of each loop (default soak: 3 min)",
+        "PgBouncer, a Redis Cluster (or Sentinel), two of each loop (default soak: 3 min)",
     )
     args = parser.parse_args(argv)
     if args.multinode and args.soak_minutes <= 0:
@@ -385,8 +388,9 @@ def main(argv: list[str] | None = None) -> int:
         if postgres != "machine":
             parser.error("--multinode needs the machine's Postgres (--database-url), which PgBouncer fronts")
         soak_on_machine = [_on_any_postgres(chosen[0])]
-        groups = [("multi-node simulation", lambda d: MachinePostgres(args.database_url), soak_on_machine)]
-        make_harness: Any = multinode.MultiNodeHarness
+        label = f"multi-node simulation ({args.multinode})"
+        groups = [(label, lambda d: MachinePostgres(args.database_url), soak_on_machine)]
+        make_harness: Any = functools.partial(multinode.MultiNodeHarness, redis_mode=args.multinode)
     elif postgres == "embedded":
         groups = [("embedded Postgres", EmbeddedPostgres, chosen)]
     else:

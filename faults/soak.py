@@ -91,7 +91,7 @@ def soak(h: Harness, run: ScenarioRun) -> None:
 
 def engine_faults(h: Harness) -> list[tuple[Callable[[Harness, ScenarioRun], None], int]]:
     """The faults of the engines under the stack: one Redis server, or the multi-node topology's."""
-    if h.multinode:  # Sentinel-managed Redis and PgBouncer (faults.multinode)
+    if h.multinode:  # a Redis Cluster or Sentinel, and PgBouncer (faults.multinode)
         return [(redis_failover, 2), (redis_flushall, 1), (redis_pause, 1), (pgbouncer_restart, 2)]
     faults: list[tuple[Callable[[Harness, ScenarioRun], None], int]] = [
         (redis_flushall, 3),
@@ -230,9 +230,9 @@ def redis_down(h: Harness, run: ScenarioRun) -> None:
 
 
 def redis_failover(h: Harness, run: ScenarioRun) -> None:
-    run.fault("kill -9 the Redis primary (Sentinel promotes the replica)")
-    killed, promoted = h.sentinel_redis.fail_over()  # type: ignore[attr-defined]  # the multi-node topology's
-    run.fault(f"Redis primary now on port {promoted}; the old one ({killed}) rejoined as its replica")
+    run.fault("kill -9 a Redis primary (its replica is promoted)")
+    killed, promoted = h.redis.fail_over()  # type: ignore[attr-defined]  # the multi-node topology's Redis
+    run.fault(f"Redis primary now on port {promoted}; the killed one ({killed}) rejoined as its replica")
 
 
 def redis_out_of_memory(h: Harness, run: ScenarioRun) -> None:

@@ -133,6 +133,11 @@ class LocalCluster:
         ), timeout)  # fmt: skip
         return replica
 
+    def rejoin(self, port: int, timeout: float = 60.0) -> None:
+        """Start a killed node again: its saved cluster state makes it a replica of its promoted peer."""
+        self._server(port)
+        _wait("the node to rejoin the cluster as a replica", self._settled, timeout)
+
     def stop(self) -> None:
         for process in self.processes.values():
             if process.poll() is None:
