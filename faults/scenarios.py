@@ -306,12 +306,15 @@ def verify_pusher_kill9(h: Harness, run: ScenarioRun, result: CheckResult) -> li
         problems.append("no kill caught a delivery in flight")
     if result.lease_expiries < len(caught):
         problems.append(f"{len(caught)} task(s) in flight at a kill, yet only {result.lease_expiries} lease(s) expired")
+    again = sum(n - 1 for n in twice.values())
     run.notes["in_flight_at_kill_total"] = sum(caught.values())
-    run.notes["delivered_twice"] = len(twice)
-    # Held but not delivered twice: claimed, then killed before its request reached the receiver.
+    run.notes["delivered_twice"] = again
+    # In flight but not seen twice: claimed, and killed before its request reached the receiver.
+    both = sum(1 for n in caught.values() if n > 1)
     run.report.append(
-        f"pusher kills: {sum(caught.values())} delivery(ies) in flight at the kills, {len(twice)} delivered twice "
-        f"({len(twice) - len(unexplained)} of them in flight at a kill), {len(ids) - len(twice)} tasks exactly once"
+        f"pusher kills: {sum(caught.values())} delivery(ies) in flight at the kills; {again} delivered twice "
+        f"({len(twice)} task(s){f', {both} of them in flight at both kills' if both else ''}), "
+        f"{'all' if not unexplained else 'NOT all'} in flight at a kill; {len(ids) - len(twice)} task(s) delivered once"
     )
     return problems
 
