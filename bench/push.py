@@ -8,14 +8,18 @@ request and its recording) is reported as p50/p99.
 
 from __future__ import annotations
 
+import time
 import uuid
 
 from bench.context import Context
+from bench.procs import Child
 from taskforge.dev import launcher
 
 QUEUE = "bench_w9"
 # The queue's own limit is not what is measured: each pusher's TASKFORGE_PUSHER_CONCURRENCY is.
 PUSHERS = (1, 2)
+#: How long a pusher may take to boot (Django's setup and checks) before the backlog is loaded.
+START_TIMEOUT_SECONDS = 60.0
 
 
 def _rate(pushers: int) -> str:
@@ -48,6 +52,9 @@ def w9(ctx: Context, run: int) -> None:
         while len(extra) < pushers - 1:  # the stack runs one pusher already
             loop = launcher.loop("run_pusher", python=ctx.stack.python)
             extra.append(ctx.supervisor.spawn(f"pusher-{len(extra) + 2}", loop.argv, loop.environ(ctx.stack.env())))
+        for child in extra:
+            # A backlog loaded while a pusher still boots is drained by the others alone.
+            _wait_started(child)
         ids = ctx.preload(QUEUE, cfg.w9_tasks)
         ctx.wait_drained(queue_id, extra, cfg.drain_timeout)
         ctx.check_exactly_once("W9", ids)
@@ -58,6 +65,17 @@ def w9(ctx: Context, run: int) -> None:
             ctx.figures.add("W9", "claim-to-ack p99 (2 pushers)", p99)
     for child in extra:
         ctx.supervisor.stop(child)
+
+
+def _wait_started(child: Child) -> None:
+    """Until the loop logged its start (``loop.start``, at INFO: the bench's level)."""
+    deadline = time.monotonic() + START_TIMEOUT_SECONDS
+    while '"loop.start"' not in child.tail(100_000):
+        if not child.alive() or time.monotonic() > deadline:
+            raise RuntimeError(
+                f"{child.name} logged no loop.start (INFO) within {START_TIMEOUT_SECONDS:.0f} s: {child.tail()}"
+            )
+        time.sleep(0.2)
 
 
 def _measured(ctx: Context, queue_id: uuid.UUID) -> tuple[float, float, float]:

@@ -21,6 +21,12 @@ lines, and asserts:
 6. ``dead`` only after exactly ``1 + max_retries`` failed attempts;
 7. duplicates are counted, not forbidden (delivery is at least once): extra
    executions of tasks whose handler succeeds, per 10,000 tasks.
+
+A push queue's tasks are run by pushers, not workers: there the receiver's
+deliveries (``faults.receiver``) stand for the executions. A delivery carries
+its attempt, so it belongs to that attempt's lease: it must arrive after that
+lease was granted, each lease is delivered at most once, and a done task's
+result must be the receiver's answer to its last attempt.
 """
 
 from __future__ import annotations
@@ -134,6 +140,29 @@ def read_executions(exec_dir: Path, mono_to_wall: float) -> dict[str, list[dict[
     return by_task
 
 
+def read_deliveries(path: Path, mono_to_wall: float) -> dict[str, list[dict[str, Any]]]:
+    """The push receiver's deliveries by task id, one run each (with its ``attempt``), ``start``/``end``
+    in wall time; ``end`` None for a delivery its pusher never waited for (killed mid-request)."""
+    by_task: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    if not path.exists():
+        return by_task
+    for raw in path.read_text().splitlines():
+        try:
+            line = json.loads(raw)
+        except ValueError:
+            continue
+        runs = by_task[line["task"]]
+        if line["e"] == "start":
+            runs.append({"task": line["task"], "attempt": line["attempt"], "worker": None, "lease": None,
+                         "start": line["mono"] + mono_to_wall, "end": None, "outcome": None})  # fmt: skip
+            continue
+        for run in runs:  # the earliest delivery of that attempt still open
+            if run["attempt"] == line["attempt"] and run["end"] is None:
+                run["end"], run["outcome"] = line["mono"] + mono_to_wall, line["outcome"]
+                break
+    return by_task
+
+
 def _ts(value: datetime | None) -> float | None:
     return None if value is None else value.timestamp()
 
@@ -144,8 +173,11 @@ def check_queue(
     accepted: dict[str, bool],
     executions: dict[str, list[dict[str, Any]]],
     lease_seconds: float,
+    *,
+    push: bool = False,
 ) -> CheckResult:
-    """``accepted``: task id -> whether its payload fails on purpose."""
+    """``accepted``: task id -> whether its payload fails on purpose. ``push``: the queue is a push
+    queue and ``executions`` are the receiver's deliveries (``read_deliveries``)."""
     result = CheckResult(queue=queue, accepted=len(accepted))
     with psycopg.connect(database_url) as conn:
         tasks = {
@@ -187,7 +219,7 @@ def check_queue(
         runs = executions.get(task_id, [])
         result.executions += len(runs)
         leases = _check_history(result, task_id, events[task_id], lease_seconds)
-        _match_executions(result, task_id, leases, runs)
+        (_match_deliveries if push else _match_executions)(result, task_id, leases, runs)
         terminals = [e for e in events[task_id] if e[1] == "transition" and e[4] in TERMINAL]
         if status in TERMINAL and len(terminals) != 1:
             result.fail("one terminal transition", f"task {task_id} has {len(terminals)} terminal transitions")
@@ -202,7 +234,11 @@ def check_queue(
                 f"task {task_id} died after {failed_attempts} failed attempts (attempts={attempts}, "
                 f"max_retries={max_retries})",
             )
-        if status == "done":
+        if status == "done" and push:
+            if task_result != {"task": task_id, "attempt": attempts}:
+                result.fail("no stale ack accepted", f"task {task_id}: result {task_result} is not the answer to "
+                            f"its last delivery (attempt {attempts})")  # fmt: skip
+        elif status == "done":
             held = leases[-1] if leases else None
             if not task_result or task_result.get("lease") != lease_token or task_result.get("worker") != claimed_by:
                 result.fail("no stale ack accepted", f"task {task_id}: result {task_result} is not from the last lease")
@@ -288,6 +324,34 @@ def _match_executions(result: CheckResult, task_id: str, leases: list[Lease], ru
             result.fail("executions run under a granted lease", f"task {task_id}: {run['worker']} ran it unclaimed")
             continue
         home = granted[-1]
+        home.executions.append(run)
+        if home.end is not None and run["start"] > home.end + TOLERANCE_SECONDS:
+            result.late_starts += 1
+    for earlier, later in itertools.pairwise(leases):
+        for run in earlier.executions:
+            if run["end"] is not None and run["end"] > later.start + TOLERANCE_SECONDS:
+                result.zombie_overlaps += 1
+
+
+def _match_deliveries(result: CheckResult, task_id: str, leases: list[Lease], runs: list[dict[str, Any]]) -> None:
+    """Tie each push delivery to the lease of its attempt (the n-th claim); count the stale ones.
+
+    A pusher sends one request per lease it was granted, after the claim committed. A delivery
+    of an attempt that was never claimed, or before its claim, or a second one under the same
+    lease, is a violation; one that started after its lease had ended (a pusher stalled past
+    it) is counted as a late start, as for workers.
+    """
+    seen: set[int] = set()
+    for run in sorted(runs, key=lambda r: r["start"]):
+        attempt = run["attempt"]
+        home = leases[attempt - 1] if 1 <= attempt <= len(leases) else None
+        if home is None or run["start"] < home.start - TOLERANCE_SECONDS:
+            result.fail("deliveries made under a granted lease", f"task {task_id}: attempt {attempt} delivered "
+                        "without its claim")  # fmt: skip
+            continue
+        if attempt in seen:
+            result.fail("one delivery per lease", f"task {task_id}: attempt {attempt} delivered twice")
+        seen.add(attempt)
         home.executions.append(run)
         if home.end is not None and run["start"] > home.end + TOLERANCE_SECONDS:
             result.late_starts += 1

@@ -8,7 +8,8 @@ retry, never a duplicate. Only answered enqueues count as accepted; the
 checker requires every accepted task to finish.
 
 About one task in ``fail_every`` carries ``fail: true`` and fails every
-attempt, to exercise retries and the dead-letter queue.
+attempt, to exercise retries and the dead-letter queue (``fail_every=None``:
+none does, every task must end ``done``).
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ class Producer:
     queue: str
     rate: float = 20.0
     threads: int = 4
-    fail_every: int = 25
+    fail_every: int | None = 25
     sleep_ms: tuple[int, int] = (50, 300)
     accepted: list[Accepted] = field(default_factory=list)
     given_up: list[str] = field(default_factory=list)
@@ -81,7 +82,7 @@ class Producer:
 
     def _body(self, seq: int) -> tuple[str, dict]:
         key = f"{self.queue}-{seq}-{uuid.uuid4().hex[:8]}"
-        failing = seq % self.fail_every == self.fail_every - 1
+        failing = self.fail_every is not None and seq % self.fail_every == self.fail_every - 1
         low, high = self.sleep_ms
         payload = {"seq": seq, "sleep_ms": low + (seq * 7919) % (high - low + 1), "fail": failing}
         return key, {"payload": payload, "idempotency_key": key}

@@ -56,6 +56,8 @@ class ScenarioRun:
     protected: list[Proc] = field(default_factory=list)
     probes: list[threading.Thread] = field(default_factory=list)
     probe_tasks: list[str] = field(default_factory=list)
+    #: Lines the scenario's own checks add to its result (printed under it, kept in the summary).
+    report: list[str] = field(default_factory=list)
 
     def fault(self, label: str) -> None:
         """Record a fault now and measure how long until fresh work completes again."""
@@ -170,9 +172,14 @@ class Harness:
 
     def run_scenario(self, scenario: Scenario) -> dict[str, Any]:
         queue = f"faults-{scenario.name}"
-        create_queue(self.api_urls()[0], self.stack.admin_key, queue)
+        settings: dict[str, Any] = {}
+        if scenario.push:
+            receiver = self.stack.receiver()
+            settings["push"] = {"url": receiver.url, "max_concurrent": 50, "timeout_seconds": LEASE_SECONDS * 2}
+        create_queue(self.api_urls()[0], self.stack.admin_key, queue, **settings)
         run = ScenarioRun(scenario=scenario, queue=queue, harness=self)
-        producer = Producer(apis=self.api_urls, api_key=self.stack.producer_key, queue=queue, rate=self.rate)
+        producer = Producer(apis=self.api_urls, api_key=self.stack.producer_key, queue=queue, rate=self.rate,
+                            fail_every=None if scenario.push else 25)  # fmt: skip
         started, wall_started = time.monotonic(), time.time()
         print(f"\n== {scenario.name}: {scenario.description}", flush=True)
         producer.start()
@@ -200,8 +207,11 @@ class Harness:
 
         accepted = {a.task_id: a.failing for a in producer.accepted}
         accepted.update({task_id: False for task_id in run.probe_tasks})
-        executions = checker.read_executions(self.stack.exec_dir, self.mono_to_wall)
-        result = checker.check_queue(self.database_url, queue, accepted, executions, LEASE_SECONDS)
+        if scenario.push:
+            executions = checker.read_deliveries(self.stack.deliveries_log, self.mono_to_wall)
+        else:
+            executions = checker.read_executions(self.stack.exec_dir, self.mono_to_wall)
+        result = checker.check_queue(self.database_url, queue, accepted, executions, LEASE_SECONDS, push=scenario.push)
         problems = [f"inject failed:\n{error}"] if error else []
         if scenario.verify is not None and not error:
             try:
@@ -226,6 +236,7 @@ class Harness:
             "wall_s": round(time.monotonic() - started, 1),
             "faults": [{k: v for k, v in f.items() if k != "at"} for f in run.faults],
             "notes": run.notes,
+            "report": run.report,
             "problems": problems,
             "violation_examples": dict(result.violations),
         }
@@ -243,6 +254,8 @@ def _print_scenario(s: dict[str, Any]) -> None:
         f"settle {s['settle_s']}s",
         flush=True,
     )
+    for line in s.get("report", []):
+        print(f"    {line}")
     for f in s["faults"]:
         print(f"    recovery after '{f['fault']}': probe {f['probe_s']}s, drain {f['drain_s']}s")
     for problem in s["problems"]:

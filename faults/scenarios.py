@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import psycopg
 
-from faults import resources
+from faults import checker, resources
 from faults.services import terminate_backends
 from faults.stack import LEASE_SECONDS, LOOPS, Proc, skewed_env
 
@@ -41,13 +41,17 @@ class Scenario:
     verify: Callable[[Harness, ScenarioRun, CheckResult], list[str]] | None = None
     restartable_postgres: bool = False
     notes: dict[str, Any] = field(default_factory=dict)
+    #: The queue is a push queue delivering to the harness's receiver (``faults.receiver``), with
+    #: no planned failures: every task must end done, and deliveries stand for executions.
+    push: bool = False
 
 
 # -- helpers ---------------------------------------------------------------------------
 
 
 def busy_worker(h: Harness, run: ScenarioRun, timeout: float = 10.0) -> Proc:
-    """A live worker that holds at least one task of this scenario's queue right now."""
+    """A live worker (a pusher, for a push queue) that holds at least one task of this scenario's
+    queue right now."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         with psycopg.connect(h.database_url) as conn:
@@ -241,6 +245,80 @@ def loops_doubled(h: Harness, run: ScenarioRun) -> None:
         h.stack.stop(proc)
 
 
+# -- pushers -------------------------------------------------------------------------------
+
+#: Kills of a pusher, each while it holds deliveries in flight.
+PUSHER_KILLS = 2
+
+
+def wait_delivering(h: Harness, run: ScenarioRun, pusher: Proc, timeout: float = 60.0) -> None:
+    """Until ``pusher`` has claimed a task of the scenario's queue (a loop takes seconds to boot)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with psycopg.connect(h.database_url) as conn:
+            if conn.execute(
+                "SELECT 1 FROM tf_task_event e JOIN tf_queue q ON q.id = e.queue_id "
+                "WHERE q.name = %s AND e.worker_id = %s AND e.to_status = 'claimed' LIMIT 1",
+                [run.queue, pusher.worker_id],
+            ).fetchone():
+                return
+        time.sleep(0.2)
+    raise RuntimeError(f"pusher {pusher.worker_id} claimed nothing within {timeout:.0f} s")
+
+
+def pusher_kill9(h: Harness, run: ScenarioRun) -> None:
+    # Two pushers share the queue: the survivor keeps delivering while the victim's leases lapse.
+    second = h.stack.start_loop("run_pusher", tag="-second")
+    for pusher in h.stack.pushers():
+        wait_delivering(h, run, pusher)
+    for _ in range(PUSHER_KILLS):
+        victim = busy_worker(h, run)
+        h.stack.kill(victim)
+        # Read after the kill, so exactly what it held: claimed, maybe sent, not yet acked.
+        in_flight = held_by(h, victim.worker_id)
+        run.fault(f"kill -9 pusher {victim.worker_id} (pid {victim.pid}) with {len(in_flight)} delivery(ies) in flight")
+        run.notes.setdefault("in_flight_at_kill", []).append(in_flight)
+        h.stack.replace(victim)
+        time.sleep(LEASE_SECONDS + 1)  # its leases lapse, and those tasks are delivered again
+    h.stack.stop(second)  # SIGTERM: its deliveries in flight finish and are recorded
+
+
+def verify_pusher_kill9(h: Harness, run: ScenarioRun, result: CheckResult) -> list[str]:
+    """Deliveries the receiver saw more than once are only those in flight at a kill, each once
+    more per kill that caught it in flight."""
+    problems = []
+    caught: dict[str, int] = {}
+    for in_flight in run.notes["in_flight_at_kill"]:
+        for task_id in in_flight:
+            caught[task_id] = caught.get(task_id, 0) + 1
+    with psycopg.connect(h.database_url) as conn:
+        rows = conn.execute(
+            "SELECT t.id FROM tf_task t JOIN tf_queue q ON q.id = t.queue_id WHERE q.name = %s", [run.queue]
+        )
+        ids = [str(row[0]) for row in rows]
+    deliveries = checker.read_deliveries(h.stack.deliveries_log, h.mono_to_wall)
+    twice = {task_id: len(deliveries[task_id]) for task_id in ids if len(deliveries.get(task_id, [])) > 1}
+    unexplained = {task_id: n for task_id, n in twice.items() if n > 1 + caught.get(task_id, 0)}
+    if unexplained:
+        problems.append(f"{len(unexplained)} task(s) delivered again without a kill catching them in flight: "
+                        f"{dict(list(unexplained.items())[:5])}")  # fmt: skip
+    if not caught:
+        problems.append("no kill caught a delivery in flight")
+    if result.lease_expiries < len(caught):
+        problems.append(f"{len(caught)} task(s) in flight at a kill, yet only {result.lease_expiries} lease(s) expired")
+    again = sum(n - 1 for n in twice.values())
+    run.notes["in_flight_at_kill_total"] = sum(caught.values())
+    run.notes["delivered_twice"] = again
+    # In flight but not seen twice: claimed, and killed before its request reached the receiver.
+    both = sum(1 for n in caught.values() if n > 1)
+    run.report.append(
+        f"pusher kills: {sum(caught.values())} delivery(ies) in flight at the kills; {again} delivered twice "
+        f"({len(twice)} task(s){f', {both} of them in flight at both kills' if both else ''}), "
+        f"{'all' if not unexplained else 'NOT all'} in flight at a kill; {len(ids) - len(twice)} task(s) delivered once"
+    )
+    return problems
+
+
 # -- API -----------------------------------------------------------------------------------
 
 
@@ -412,6 +490,14 @@ SCENARIOS = [
     Scenario("worker-sigterm", "SIGTERM a busy worker: graceful drain", worker_sigterm, 12, verify_worker_sigterm),
     Scenario("loop-kill9", "kill -9 scheduler, dispatcher and watchdog, restart each", loop_kill9, 16),
     Scenario("loops-doubled", "two copies of every loop at once", loops_doubled, 12),
+    Scenario(
+        "pusher-kill9",
+        "kill -9 a pusher mid-delivery (twice), restart it",
+        pusher_kill9,
+        18,
+        verify_pusher_kill9,
+        push=True,
+    ),
     Scenario("api-kill9", "kill -9 API processes mid-request, and a whole API server", api_kill9, 16),
     Scenario(
         "failpoints",

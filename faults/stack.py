@@ -7,6 +7,8 @@
   any number of copies.
 * Workers: the reference worker (``python -m workers``) with the recording
   handler ``faults.handler:record``, spread over the API servers.
+* Pushers: ``manage.py run_pusher`` (one of the loops), delivering push
+  queues' tasks to the recording receiver (``faults.receiver``) on loopback.
 
 Every command line comes from ``taskforge.dev.launcher``. A process may run
 with a skewed wall clock (libfaketime) or with failpoints.
@@ -19,7 +21,9 @@ from __future__ import annotations
 
 import itertools
 import os
+import socket
 import subprocess
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -60,14 +64,14 @@ def skewed_env(offset: str) -> dict[str, str]:
 @dataclass
 class Proc:
     name: str
-    kind: str  # api, loop, worker
+    kind: str  # api, loop, worker, receiver
     popen: subprocess.Popen[bytes]
     log: Path
     argv: list[str]
     env: dict[str, str]
-    url: str = ""  # api: base URL
+    url: str = ""  # api: base URL; receiver: the URL push queues deliver to
     loop: str = ""  # loop: its management command
-    worker_id: str = ""
+    worker_id: str = ""  # worker, and a pusher: the id its leases carry
     api_url: str = ""  # worker: the API it calls
 
     @property
@@ -117,6 +121,8 @@ class Stack:
             "DJANGO_ALLOWED_HOSTS": "127.0.0.1,localhost",
             "DJANGO_LOG_LEVEL": "WARNING",
             "TASKFORGE_DB_POOL_SIZE": "4",
+            # The push receiver (faults.receiver) listens on loopback.
+            "TASKFORGE_PUSH_ALLOW_PRIVATE": "true",
             "PYTHONUNBUFFERED": "1",
             **TIMINGS,
             **self.settings_env,
@@ -176,7 +182,34 @@ class Stack:
     def start_loop(self, command: str, *, extra_env: dict[str, str] | None = None, tag: str = "") -> Proc:
         name = f"{command}{tag}-{next(self._numbers)}"
         loop = launcher.loop(command)
-        return self._spawn("loop", name, loop, loop.environ(self.base_env(), extra_env), loop=command)
+        proc = self._spawn("loop", name, loop, loop.environ(self.base_env(), extra_env), loop=command)
+        if command == "run_pusher":
+            # The pusher's default id (queues.loops.pusher.default_worker_id): its leases say it.
+            proc.worker_id = f"pusher-{socket.gethostname()}-{proc.pid}"
+        return proc
+
+    def receiver(self) -> Proc:
+        """The push receiver (``faults.receiver``), started on first use; its deliveries go to
+        ``deliveries_log``."""
+        running = next((p for p in self.procs if p.kind == "receiver" and p.alive()), None)
+        if running is not None:
+            return running
+        port = launcher.free_port()
+        spec = launcher.ProcessSpec((sys.executable, "-m", "faults.receiver", str(port), str(self.deliveries_log)))
+        proc = self._spawn("receiver", f"receiver-{port}", spec, self.base_env(), url=f"http://127.0.0.1:{port}/hook")
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                return proc
+            except OSError:
+                if not proc.alive() or time.monotonic() > deadline:
+                    raise RuntimeError(f"the push receiver did not start: {proc.log.read_text(errors='replace')}")
+                time.sleep(0.1)
+
+    @property
+    def deliveries_log(self) -> Path:
+        return self.run_dir / "deliveries.jsonl"
 
     def start_worker(
         self,
@@ -222,6 +255,9 @@ class Stack:
 
     def workers(self) -> list[Proc]:
         return [p for p in self.procs if p.kind == "worker" and p.alive()]
+
+    def pushers(self) -> list[Proc]:
+        return self.loops("run_pusher")
 
     def by_worker_id(self, worker_id: str) -> Proc | None:
         return next((p for p in self.procs if p.worker_id == worker_id), None)

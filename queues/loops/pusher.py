@@ -12,11 +12,18 @@ Postgres decides every claim, Redis counts every queue's ``max_concurrent``
 Threads: the database is used only by the calling thread (``run_once``); the HTTP requests run
 on an event loop in one background thread, which hands finished answers back through a
 thread-safe queue, so a slow receiver never holds a database connection.
+
+Batches: nothing on the calling thread is paid per delivery. A pass waits until about half of
+what is in flight has answered (``wait``), then records every answer in one ``ack_many`` and
+one ``nack_many``, hands their semaphore slots back in the same Redis call that takes the next
+ones, claims up to the room it has in one claim per queue, and starts the new deliveries with
+one hand-off to the event loop.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import queue as thread_queue
@@ -24,7 +31,6 @@ import socket
 import threading
 import time
 import uuid
-from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -55,6 +61,11 @@ REDIS_WARNING_EVERY_SECONDS = 30.0
 CLAIM_BATCH = 100
 #: Deliveries still in flight at shutdown get this long to finish before they are failed.
 SHUTDOWN_GRACE_SECONDS = 10.0
+#: Once one answer is back, a pass waits at most this long for half of what is in flight to
+#: answer too (its statements and Redis calls are then paid once per batch, not per delivery).
+GATHER_SECONDS = 0.02
+#: A pass starts once this many answers wait, whatever is still in flight.
+RECORD_BATCH = 200
 
 
 def default_worker_id() -> str:
@@ -81,7 +92,6 @@ class InFlight:
     queue_name: str
     lease_token: str
     slot: str
-    future: Future[Answer]
     heartbeat_due: float
 
 
@@ -106,8 +116,15 @@ class Pusher:
 
     def __post_init__(self) -> None:
         self.in_flight: dict[uuid.UUID, InFlight] = {}
-        self.finished: thread_queue.SimpleQueue[uuid.UUID] = thread_queue.SimpleQueue()
+        # Filled on the event loop as answers come back, drained by record_finished.
+        self.finished: thread_queue.SimpleQueue[tuple[uuid.UUID, Answer]] = thread_queue.SimpleQueue()
         self.wake = threading.Event()
+        # How many waiting answers set ``wake`` (see wait); read on the event loop.
+        self._wake_at = 1
+        # The event loop's own: the running delivery of each task, for cancelling at shutdown.
+        self._running: dict[uuid.UUID, asyncio.Task[Answer]] = {}
+        # Slots of recorded deliveries, handed back with the queue's next take (or at the pass' end).
+        self._freed: dict[str, list[str]] = {}
         self._queues: list[PushQueue] = []
         self._queues_read_at = -float("inf")
         self._renewed_at = time.monotonic()
@@ -124,17 +141,35 @@ class Pusher:
 
     def run_once(self) -> Pass:
         """1. Record the answers that came back. 2. Keep the leases and slots held alive.
-        3. Start deliveries of due tasks, as far as each queue's free slots allow."""
+        3. Start deliveries of due tasks, as far as each queue's free slots allow.
+        4. Release the recorded deliveries' slots that step 3 did not hand back already."""
         done = Pass()
         done.recorded = self.record_finished()
         done.heartbeats = self.keep_alive()
         done.started = self.start_deliveries()
+        self._release_freed()
         return done
 
     def wait(self, seconds: float) -> None:
-        """Sleep until an answer comes back, or ``seconds`` pass."""
-        self.wake.wait(seconds)
+        """Sleep until answers are worth a pass, or ``seconds`` pass with none.
+
+        1. Until the first answer comes back (at most ``seconds``).
+        2. Then at most ``GATHER_SECONDS`` more, until half of what is in flight (at most
+           ``RECORD_BATCH``) has answered: against a receiver that answers at once, a pass
+           that ran as soon as one answer was back would record and refill one delivery at a
+           time, paying its statements and Redis calls for each.
+        """
+        self._wait_for(1, seconds)
+        self._wait_for(min(RECORD_BATCH, max(1, len(self.in_flight) // 2)), GATHER_SECONDS)
+        self._wake_at = 1
+
+    def _wait_for(self, answers: int, seconds: float) -> None:
+        if self.finished.qsize() >= answers:
+            return
+        self._wake_at = answers
         self.wake.clear()
+        if self.finished.qsize() < answers:  # an answer that came between the check and the clear
+            self.wake.wait(seconds)
 
     def push_queues(self) -> list[PushQueue]:
         now = time.monotonic()
@@ -157,7 +192,7 @@ class Pusher:
         return self._queues
 
     def start_deliveries(self) -> int:
-        started = 0
+        starting: list[tuple[uuid.UUID, Delivery]] = []
         now = time.monotonic()
         queues = self.push_queues()
         # Each pass starts with the next queue, so one busy queue cannot keep this pusher's
@@ -175,11 +210,16 @@ class Pusher:
                 continue
             try:
                 slots = semaphore.take(
-                    queue.name, room, limit=push_queue.push["max_concurrent"], ttl_ms=self._lease_ms()
+                    queue.name,
+                    room,
+                    limit=push_queue.push["max_concurrent"],
+                    ttl_ms=self._lease_ms(),
+                    releasing=self._freed.get(queue.name, ()),
                 )
             except redis.RedisError as exc:
                 self._redis_trouble(f"push queue {queue.name} delivers nothing new", exc)
                 continue
+            self._freed.pop(queue.name, None)
             if not slots:
                 continue
             if not Queue.objects.filter(id=queue.id, paused=False, push__isnull=False).exists():
@@ -201,13 +241,19 @@ class Pusher:
             if not rows:
                 self._empty_until[queue.id] = now + EMPTY_QUEUE_BACKOFF_SECONDS
             for row, slot in zip(rows, slots, strict=False):
-                self._start(push_queue, row, slot)
-                started += 1
-        return started
+                starting.append((row["id"], self._in_flight(push_queue, row, slot)))
+        if starting:
+            # One wake-up of the event loop for the whole batch, not one per delivery.
+            self._loop.call_soon_threadsafe(self._launch, starting)
+        return len(starting)
 
-    def _start(self, push_queue: PushQueue, row: dict[str, Any], slot: str) -> None:
+    def _in_flight(self, push_queue: PushQueue, row: dict[str, Any], slot: str) -> Delivery:
+        """Hold the claimed task as in flight; what its delivery sends."""
         push = push_queue.push
-        delivery = Delivery(
+        self.in_flight[row["id"]] = InFlight(
+            row["id"], push_queue.queue.name, row["lease_token"], slot, time.monotonic() + self._heartbeat_every()
+        )
+        return Delivery(
             task_id=str(row["id"]),
             queue=push_queue.queue.name,
             attempt=row["attempts"],
@@ -218,28 +264,32 @@ class Pusher:
             headers=push.get("headers") or {},
             secrets=push_queue.secrets,
         )
-        future = asyncio.run_coroutine_threadsafe(self._deliverer.deliver(delivery), self._loop)
-        task_id = row["id"]
-        self.in_flight[task_id] = InFlight(
-            task_id, push_queue.queue.name, row["lease_token"], slot, future, time.monotonic() + self._heartbeat_every()
-        )
-        future.add_done_callback(lambda _: self._answered(task_id))
 
-    def _answered(self, task_id: uuid.UUID) -> None:
-        self.finished.put(task_id)
-        self.wake.set()
+    def _launch(self, starting: list[tuple[uuid.UUID, Delivery]]) -> None:
+        """On the event loop: start a batch of deliveries."""
+        for task_id, delivery in starting:
+            running = self._loop.create_task(self._deliverer.deliver(delivery))
+            self._running[task_id] = running
+            running.add_done_callback(functools.partial(self._answered, task_id))
+
+    def _answered(self, task_id: uuid.UUID, running: asyncio.Task[Answer]) -> None:
+        """On the event loop: hand the answer over; wake the pass once enough are waiting."""
+        self._running.pop(task_id, None)
+        self.finished.put((task_id, _answer_of(running)))
+        if self.finished.qsize() >= self._wake_at:
+            self.wake.set()
 
     def record_finished(self) -> int:
         """Ack or fail every delivery that has its answer, in one statement each, under its lease."""
         ended: list[tuple[InFlight, Answer]] = []
         while True:
             try:
-                task_id = self.finished.get_nowait()
+                task_id, answer = self.finished.get_nowait()
             except thread_queue.Empty:
                 break
             flight = self.in_flight.pop(task_id, None)
             if flight is not None:
-                ended.append((flight, _answer_of(flight.future)))
+                ended.append((flight, answer))
         if not ended:
             return 0
         acks: list[lifecycle.AckItem] = []
@@ -264,12 +314,13 @@ class Pusher:
         except Exception:
             # Postgres unreachable, say: keep the answers for the next pass instead of letting the
             # leases lapse (which would deliver every one of them again).
-            for flight, _ in ended:
+            for flight, answer in ended:
                 self.in_flight[flight.task_id] = flight
-                self.finished.put(flight.task_id)
+                self.finished.put((flight.task_id, answer))
             raise
-        for flight, answer in ended:
-            push_metrics.delivered(flight.queue_name, outcomes.metric_label(answer), answer.seconds)
+        push_metrics.delivered(
+            (flight.queue_name, outcomes.metric_label(answer), answer.seconds) for flight, answer in ended
+        )
         task_ids = [item.task_id for item in acks] + [item.task_id for item in nacks]
         for task_id, result in zip(task_ids, results, strict=True):
             if isinstance(result, (LeaseLost, TaskNotFound)):
@@ -277,11 +328,8 @@ class Pusher:
                 # already a failed one and the task is retried; this answer is not recorded.
                 logger.warning("delivery of task %s answered after its lease was lost", task_id,
                                extra={"event": "pusher.lease_lost", "task_id": str(task_id)})  # fmt: skip
-        by_queue: dict[str, list[str]] = {}
         for flight, _ in ended:
-            by_queue.setdefault(flight.queue_name, []).append(flight.slot)
-        for name, slots in by_queue.items():
-            self._release(name, slots)
+            self._freed.setdefault(flight.queue_name, []).append(flight.slot)
         return len(ended)
 
     def keep_alive(self) -> int:
@@ -289,7 +337,7 @@ class Pusher:
         now = time.monotonic()
         beats = 0
         for flight in list(self.in_flight.values()):
-            if flight.heartbeat_due > now or flight.future.done():
+            if flight.heartbeat_due > now:
                 continue
             flight.heartbeat_due = now + self._heartbeat_every()
             try:
@@ -319,14 +367,27 @@ class Pusher:
             self.record_finished()
             self.keep_alive()
             self.wait(0.1)
-        for flight in self.in_flight.values():
-            flight.future.cancel()
+        # Each cancelled delivery answers "interrupted" (a failed attempt) before this returns.
+        asyncio.run_coroutine_threadsafe(self._cancel_running(), self._loop).result(timeout=5)
         self.record_finished()
+        self._release_freed()
         asyncio.run_coroutine_threadsafe(self._deliverer.close(), self._loop).result(timeout=5)
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(timeout=5)
 
+    async def _cancel_running(self) -> None:
+        running = list(self._running.values())
+        for delivery in running:
+            delivery.cancel()
+        # Their done callbacks (_answered) were added first, so they have run when this returns.
+        await asyncio.gather(*running, return_exceptions=True)
+
     # --- helpers ----------------------------------------------------------------------------
+
+    def _release_freed(self) -> None:
+        freed, self._freed = self._freed, {}
+        for name, slots in freed.items():
+            self._release(name, slots)
 
     def _release(self, queue_name: str, slots: list[str]) -> None:
         try:
@@ -356,7 +417,7 @@ class Pusher:
         return settings.TASKFORGE_HEARTBEAT_TIMEOUT / 3
 
 
-def _answer_of(future: Future[Answer]) -> Answer:
+def _answer_of(future: asyncio.Future[Answer]) -> Answer:
     """The delivery's answer; a cancelled or crashed delivery is a failed attempt that says so."""
     if future.cancelled():
         return Answer("connection_error", 0.0, error="delivery interrupted: the pusher stopped")

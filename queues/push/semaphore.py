@@ -3,8 +3,10 @@
 A queue's slots are a sorted set ``tf:{queue}:push:slots`` of slot ids scored by when they
 lapse (Redis time, ms). A pusher takes slots before it claims, gives back the ones its claim
 did not use, renews the ones it holds about every second, and releases each when its delivery
-ends. A pusher that dies stops renewing, so its slots lapse after ``ttl`` (the lease time: its
-deliveries' leases lapse then too, and the watchdog retries them).
+ends: a pass hands the slots of the deliveries it recorded back in the same call that takes
+the next ones, one round trip per queue and pass, not per delivery. A pusher that dies stops
+renewing, so its slots lapse after ``ttl`` (the lease time: its deliveries' leases lapse then
+too, and the watchdog retries them).
 
 Redis is a rebuildable buffer here too: after a flush or a restart the set is empty while
 deliveries are still in flight. The marker ``tf:{queue}:push:counted`` says from when the set
@@ -35,13 +37,18 @@ def counted_key(queue_name: str) -> str:
     return f"tf:{{{queue_name}}}:push:counted"
 
 
-# KEYS: slots, counted. ARGV: limit, ttl_ms, settle_ms, slot ids wanted...
-# Returns how many of the wanted ids were added (the first ones).
+# KEYS: slots, counted. ARGV: limit, ttl_ms, settle_ms, how many ids are released, the slot ids
+# released..., the slot ids wanted... Releases first (even while the set is not yet trusted), then
+# returns how many of the wanted ids were added (the first ones).
 _TAKE = """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local limit = tonumber(ARGV[1])
 local ttl = tonumber(ARGV[2])
+local released = tonumber(ARGV[4])
+for i = 5, 4 + released do
+    redis.call('ZREM', KEYS[1], ARGV[i])
+end
 local counted_from = tonumber(redis.call('GET', KEYS[2]))
 if counted_from == nil then
     redis.call('SET', KEYS[2], tostring(now + tonumber(ARGV[3])))
@@ -52,10 +59,11 @@ if now < counted_from then
 end
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
 local free = limit - redis.call('ZCARD', KEYS[1])
-local wanted = #ARGV - 3
+local first = 5 + released
+local wanted = #ARGV - first + 1
 local granted = math.max(0, math.min(free, wanted))
-for i = 1, granted do
-    redis.call('ZADD', KEYS[1], now + ttl, ARGV[3 + i])
+for i = 0, granted - 1 do
+    redis.call('ZADD', KEYS[1], now + ttl, ARGV[first + i])
 end
 return granted
 """
@@ -88,14 +96,15 @@ def _script(source: str) -> redis.commands.core.Script:
     return script
 
 
-def take(queue_name: str, wanted: int, *, limit: int, ttl_ms: int) -> list[str]:
-    """Up to ``wanted`` slot ids of the queue (fewer when ``limit`` are taken); raises RedisError."""
+def take(queue_name: str, wanted: int, *, limit: int, ttl_ms: int, releasing: Sequence[str] = ()) -> list[str]:
+    """Release ``releasing``, then take up to ``wanted`` slot ids of the queue (fewer when ``limit``
+    are taken), in one round trip; raises RedisError (then nothing was released either)."""
     if wanted <= 0:
+        release(queue_name, releasing)
         return []
     ids = [uuid.uuid4().hex for _ in range(wanted)]
-    granted = int(
-        _script(_TAKE)(keys=[slots_key(queue_name), counted_key(queue_name)], args=[limit, ttl_ms, SETTLE_MS, *ids])
-    )
+    keys = [slots_key(queue_name), counted_key(queue_name)]
+    granted = int(_script(_TAKE)(keys=keys, args=[limit, ttl_ms, SETTLE_MS, len(releasing), *releasing, *ids]))
     return ids[:granted]
 
 

@@ -18,7 +18,8 @@ SCHEME = "v1"
 
 def signature(secret: str, timestamp: int, task_id: str, body: bytes) -> str:
     signed = f"{timestamp}.{task_id}.".encode() + body
-    return hmac.new(secret.encode(), signed, hashlib.sha256).hexdigest()
+    # hmac.digest: OpenSSL's one-shot HMAC, without building an HMAC object per delivery.
+    return hmac.digest(secret.encode(), signed, hashlib.sha256).hex()
 
 
 def signature_header(secrets: Sequence[str], timestamp: int, task_id: str, body: bytes) -> str:

@@ -2,9 +2,10 @@
 
 A push URL is an operator's string, so a delivery could be pointed at the metadata service,
 Redis or an admin port on the internal network (server-side request forgery). The pusher's
-connections therefore go through :class:`VettingBackend`: it resolves the host itself, keeps
-only public addresses, and connects to one of those, so a name that resolves to a public address
-when checked and to 127.0.0.1 when connected (DNS rebinding) gets nowhere. TLS still verifies
+connections (``queues.push.connections``) therefore connect to :func:`connect_address`: it
+resolves the host itself and keeps only public addresses, and the connection is made to that
+address, so a name that resolves to a public address when checked and to 127.0.0.1 when
+connected (DNS rebinding) gets nowhere. TLS still verifies
 the certificate against the URL's host name (SNI and ``Host`` are the URL's, not the address).
 
 ``TASKFORGE_PUSH_ALLOW_PRIVATE=true`` (development and tests) lets every address through.
@@ -15,10 +16,6 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import socket
-from collections.abc import Iterable
-from typing import Any
-
-import httpcore
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
@@ -54,7 +51,7 @@ async def vetted_address(host: str, port: int) -> str:
     try:
         infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
     except socket.gaierror as exc:
-        raise httpcore.ConnectError(f"cannot resolve {host!r}: {exc.strerror}") from None
+        raise OSError(f"cannot resolve {host!r}: {exc.strerror}") from None
     addresses = [ipaddress.ip_address(str(info[4][0]).split("%", 1)[0]) for info in infos]
     reasons: list[str] = []
     for address in addresses:
@@ -65,30 +62,7 @@ async def vetted_address(host: str, port: int) -> str:
     raise TargetRefused(f"{host} resolves only to addresses a delivery may not reach: {', '.join(reasons)}")
 
 
-class VettingBackend(httpcore.AsyncNetworkBackend):
-    """httpcore's network backend, connecting only to vetted addresses (unless private targets are allowed)."""
-
-    def __init__(self, *, allow_private: bool) -> None:
-        self.allow_private = allow_private
-        self._inner = httpcore.AnyIOBackend()
-
-    async def connect_tcp(
-        self,
-        host: str,
-        port: int,
-        timeout: float | None = None,
-        local_address: str | None = None,
-        socket_options: Iterable[Any] | None = None,
-    ) -> httpcore.AsyncNetworkStream:
-        address = host if self.allow_private else await vetted_address(host, port)
-        return await self._inner.connect_tcp(
-            address, port, timeout=timeout, local_address=local_address, socket_options=socket_options
-        )
-
-    async def connect_unix_socket(
-        self, path: str, timeout: float | None = None, socket_options: Iterable[Any] | None = None
-    ) -> httpcore.AsyncNetworkStream:
-        raise TargetRefused("push targets are TCP addresses only")
-
-    async def sleep(self, seconds: float) -> None:
-        await self._inner.sleep(seconds)
+async def connect_address(host: str, port: int, *, allow_private: bool) -> str:
+    """What a connection to ``host`` connects to: a vetted address, or the host itself when
+    private targets are allowed (development and tests)."""
+    return host if allow_private else await vetted_address(host, port)

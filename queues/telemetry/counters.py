@@ -185,7 +185,11 @@ _outbox = _Outbox()
 def record_transitions(rows: list[dict[str, Any]], queue_name: Callable[[Any], str]) -> None:
     """Add a committed batch of moves to the shared counters (never raises): written at once, or, if this
     process wrote less than ``BATCH_WINDOW_SECONDS`` ago, with the next write at the end of the window."""
-    increments = increments_for(rows, queue_name)
+    record(increments_for(rows, queue_name))
+
+
+def record(increments: Increments) -> None:
+    """Add increments to the shared counters (never raises), batched as ``record_transitions`` says."""
     if not increments:
         return
     outbox = _outbox

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from queues.telemetry import counters
@@ -38,14 +39,15 @@ def _bucket_for(seconds: float) -> str:
     return "+Inf"
 
 
-def delivered(queue: str, outcome: str, seconds: float) -> None:
-    """Count one finished delivery (never raises: metrics are best-effort)."""
-    seconds = max(0.0, seconds)
+def delivered(finished: Iterable[tuple[str, str, float]]) -> None:
+    """Count finished deliveries, each ``(queue, outcome, seconds)``, in one write (never raises:
+    metrics are best-effort; batched per process like the task counters)."""
     increments: counters.Increments = Counter()
-    increments[(DELIVERIES_KEY, f"{queue}|{outcome}")] += 1
-    increments[(LATENCY_KEY, f"{queue}|{_bucket_for(seconds)}")] += 1
-    increments[(LATENCY_KEY, f"{queue}|sum")] += seconds  # type: ignore[assignment]
-    counters.flush(increments)
+    for queue, outcome, seconds in finished:
+        increments[(DELIVERIES_KEY, f"{queue}|{outcome}")] += 1
+        increments[(LATENCY_KEY, f"{queue}|{_bucket_for(max(0.0, seconds))}")] += 1
+        increments[(LATENCY_KEY, f"{queue}|sum")] += max(0.0, seconds)  # type: ignore[assignment]
+    counters.record(increments)
 
 
 @dataclass

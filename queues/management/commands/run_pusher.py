@@ -25,6 +25,6 @@ class Command(LoopCommand):
 
     def tick(self) -> int:
         handled = self.pusher.run_once().handled
-        if not handled:
-            self.pusher.wait(IDLE_WAIT_SECONDS)
+        # Even after a busy pass: the next one waits for a batch of answers (Pusher.wait).
+        self.pusher.wait(IDLE_WAIT_SECONDS)
         return handled

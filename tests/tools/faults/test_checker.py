@@ -11,7 +11,7 @@ from django.utils import timezone
 
 from faults import checker
 from queues.lifecycle import decide
-from queues.models import Status, TaskEvent
+from queues.models import Status, Task, TaskEvent
 from tests import live
 from tests.factories import QueueFactory, TaskFactory
 
@@ -172,3 +172,83 @@ def test_an_execution_by_a_worker_never_granted_the_task_is_flagged_and_reruns_a
     result = _check(queue, {task: False}, tmp_path, runs)
     assert "executions run under a granted lease" in result.violations
     assert result.duplicate_executions == 2
+
+
+# --- push queues: the receiver's deliveries stand for the executions -------------------------------
+
+
+def _deliveries(tmp_path: Path, lines) -> Path:
+    path = tmp_path / "deliveries.jsonl"
+    path.write_text(
+        "".join(
+            json.dumps(
+                {"e": e, "mono": mono, "task": task_id, "attempt": attempt, **({"outcome": "ok"} if e == "end" else {})}
+            )
+            + "\n"
+            for e, mono, task_id, attempt in lines
+        )
+    )
+    return path
+
+
+def _check_push(queue, accepted, tmp_path, lines):
+    deliveries = checker.read_deliveries(_deliveries(tmp_path, lines), T0.timestamp())
+    return checker.check_queue(live.test_database_url(), queue.name, accepted, deliveries, LEASE, push=True)
+
+
+def _push_task(queue, *, attempts, events, result_attempt=None):
+    task_id = _task(queue, worker="pusher-1", attempts=attempts, result=False, events=events)
+    Task.objects.filter(id=task_id).update(result={"task": task_id, "attempt": result_attempt or attempts})
+    return task_id
+
+
+def _redelivered_events():
+    # Claimed by a pusher that was killed mid-delivery: the lease expires, another pusher delivers.
+    return [
+        ("transition", 0, None, "pending", None),
+        ("transition", 1, "pending", "claimed", "pusher-1"),
+        ("transition", 1 + LEASE + 0.5, "claimed", "retry", None),
+        ("transition", 7, "retry", "pending", None),
+        ("transition", 8, "pending", "claimed", "pusher-2"),
+        ("transition", 9, "claimed", "done", "pusher-2"),
+    ]
+
+
+def test_a_killed_pushers_delivery_and_its_redelivery_pass_and_count_as_a_duplicate(tmp_path):
+    queue = QueueFactory(name="push_clean")
+    task = _push_task(queue, attempts=2, events=_redelivered_events())
+    # Attempt 1 reached the receiver and was answered, but its pusher died before the ack.
+    lines = [("start", 1.2, task, 1), ("end", 1.5, task, 1), ("start", 8.1, task, 2), ("end", 8.4, task, 2)]
+    result = _check_push(queue, {task: False}, tmp_path, lines)
+    assert result.ok, dict(result.violations)
+    assert (result.done, result.lease_expiries, result.executions, result.duplicate_executions) == (1, 1, 2, 1)
+
+
+def test_a_delivery_without_its_claim_or_twice_under_one_lease_is_flagged(tmp_path):
+    queue = QueueFactory(name="push_bad")
+    task = _push_task(queue, attempts=2, events=_redelivered_events())
+    lines = [
+        ("start", 0.5, task, 1),  # before attempt 1 was claimed
+        ("start", 8.1, task, 2), ("end", 8.2, task, 2),
+        ("start", 8.3, task, 2), ("end", 8.4, task, 2),  # the same lease delivered again
+        ("start", 8.5, task, 3),  # an attempt that was never claimed
+    ]  # fmt: skip
+    result = _check_push(queue, {task: False}, tmp_path, lines)
+    assert "deliveries made under a granted lease" in result.violations
+    assert "one delivery per lease" in result.violations
+
+
+def test_a_push_result_that_is_not_the_answer_to_the_last_attempt_is_flagged(tmp_path):
+    queue = QueueFactory(name="push_stale")
+    task = _push_task(queue, attempts=2, events=_redelivered_events(), result_attempt=1)
+    lines = [("start", 1.2, task, 1), ("end", 1.5, task, 1), ("start", 8.1, task, 2), ("end", 8.4, task, 2)]
+    result = _check_push(queue, {task: False}, tmp_path, lines)
+    assert "no stale ack accepted" in result.violations
+
+
+def test_deliveries_are_read_one_run_each_and_a_cut_one_has_no_end(tmp_path):
+    lines = [("start", 1.0, "t", 1), ("start", 2.0, "t", 2), ("end", 2.5, "t", 2), ("start", 3.0, "u", 1)]
+    got = checker.read_deliveries(_deliveries(tmp_path, lines), 100.0)
+    assert [(r["attempt"], r["start"], r["end"]) for r in got["t"]] == [(1, 101.0, None), (2, 102.0, 102.5)]
+    assert [r["end"] for r in got["u"]] == [None]
+    assert checker.read_deliveries(tmp_path / "missing.jsonl", 0.0) == {}

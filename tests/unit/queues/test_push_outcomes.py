@@ -1,17 +1,20 @@
-"""What a delivery's answer means for its task, the signature scheme and the address rules: no network."""
+"""What a delivery's answer means for its task, the signature scheme, the address rules and URLs: no network."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import hmac
 import ipaddress
 import socket
+import ssl
 from datetime import UTC, datetime
 
 import pytest
 
 from queues.push import outcomes, signing, targets
+from queues.push.connections import ConnectionFailed, ConnectionPool, Origin, Target
 from queues.push.delivery import Answer, Delivery, request_headers
 from taskforge_client.push import signature_problem, verify_signature
 
@@ -124,17 +127,6 @@ def test_which_addresses_are_refused(address: str, reason: str | None) -> None:
     assert (got is None) == (reason is None), got
 
 
-class _Recording:
-    """Stands in for the real network: records which address a connection was asked for."""
-
-    def __init__(self) -> None:
-        self.hosts: list[str] = []
-
-    async def connect_tcp(self, host: str, port: int, **options: object) -> str:
-        self.hosts.append(host)
-        return "stream"
-
-
 def _resolving_to(*addresses: str):  # type: ignore[no-untyped-def]
     async def getaddrinfo(host, port, **options):  # type: ignore[no-untyped-def]
         return [
@@ -144,24 +136,47 @@ def _resolving_to(*addresses: str):  # type: ignore[no-untyped-def]
     return getaddrinfo
 
 
-def _connect(backend: targets.VettingBackend, monkeypatch: pytest.MonkeyPatch, *addresses: str) -> object:
-    async def run() -> object:
-        monkeypatch.setattr(asyncio.get_running_loop(), "getaddrinfo", _resolving_to(*addresses))
-        return await backend.connect_tcp("hooks.example.com", 443)
+def _post(monkeypatch: pytest.MonkeyPatch, asked: list[str], *addresses: str) -> None:
+    """POST through the pusher's pool to a name resolving to ``addresses``; the network stands in:
+    ``asked`` gets the address each connection was asked for, and the connection is refused."""
 
-    return asyncio.run(run())
+    async def create_connection(factory, host, port, **options):  # type: ignore[no-untyped-def]
+        asked.append(host)
+        raise ConnectionRefusedError(111, "refused by the stand-in network")
+
+    async def run() -> None:
+        loop = asyncio.get_running_loop()
+        monkeypatch.setattr(loop, "getaddrinfo", _resolving_to(*addresses))
+        monkeypatch.setattr(loop, "create_connection", create_connection)
+        pool = ConnectionPool(max_connections=1, allow_private=False, ssl_context=ssl.create_default_context())
+        with contextlib.suppress(ConnectionFailed):
+            await pool.post(Target.of("https://hooks.example.com/hook"), [], b"{}", 100)
+
+    asyncio.run(run())
 
 
 def test_the_connection_goes_to_the_address_that_was_checked(monkeypatch: pytest.MonkeyPatch) -> None:
-    backend = targets.VettingBackend(allow_private=False)
-    backend._inner = _Recording()  # type: ignore[assignment]
+    asked: list[str] = []
     # The name's answer lists a private address first: the public one is used, by address, so a
     # second lookup at connect time (DNS rebinding) never happens.
-    _connect(backend, monkeypatch, "10.0.0.7", "93.184.216.34")
-    assert backend._inner.hosts == ["93.184.216.34"]  # type: ignore[attr-defined]
+    _post(monkeypatch, asked, "10.0.0.7", "93.184.216.34")
+    assert asked == ["93.184.216.34"]
     with pytest.raises(targets.TargetRefused, match=r"127\.0\.0\.1 \(loopback\), 10\.0\.0\.7 \(private\)"):
-        _connect(backend, monkeypatch, "127.0.0.1", "10.0.0.7")
-    assert backend._inner.hosts == ["93.184.216.34"], "no connection to a refused address"  # type: ignore[attr-defined]
+        _post(monkeypatch, asked, "127.0.0.1", "10.0.0.7")
+    assert asked == ["93.184.216.34"], "no connection to a refused address"
+
+
+def test_a_url_is_taken_apart_into_origin_request_target_and_host_header() -> None:
+    target = Target.of("https://Hooks.Example.com:8443/a/b?x=1&y=2")
+    assert (target.origin, target.target, target.host_header) == (
+        Origin("https", "hooks.example.com", 8443),
+        b"/a/b?x=1&y=2",
+        b"hooks.example.com:8443",
+    )
+    assert Target.of("http://[::1]/").host_header == b"[::1]"
+    assert Target.of("http://h.example").target == b"/"
+    with pytest.raises(ConnectionFailed, match="unsupported URL scheme"):
+        Target.of("ftp://h.example/")
 
 
 def test_a_queues_own_user_agent_replaces_the_default_instead_of_doubling_it() -> None:
