@@ -75,7 +75,8 @@ def _with_lock_retries(connection, step):
 
 def partition(apps, schema_editor):
     connection = schema_editor.connection
-    with connection.cursor() as cursor:
+    with transaction.atomic(using=connection.alias), connection.cursor() as cursor:
+        cursor.execute("SET LOCAL statement_timeout = 0")  # a scan of every row, under no lock that blocks
         now, latest = _fetch_one(cursor, "SELECT now(), (SELECT max(at) FROM tf_task_event)")
     bound = _day_start(now) + timedelta(days=2)
     if latest is not None and latest >= bound:
