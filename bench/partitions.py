@@ -16,7 +16,7 @@ own (``taskforge_partitions_bench``: created, and dropped at the end):
    and a primary-key probe (the claim's) on the plain table and on a copy
    partitioned by day.
 
-Every figure is printed, and written as JSON to ``bench/results/partitions-<time>.json``:
+Every figure is printed, and written as JSON to ``bench/results/partitions/<time>.json``:
 each statement's duration, the longest any write or read waited while it
 ran, and the ACCESS EXCLUSIVE locks on ``tf_task_event``'s tables seen in
 ``pg_locks`` (sampled every few milliseconds) with how long each was held.
@@ -46,6 +46,7 @@ DATABASE = "taskforge_partitions_bench"
 DAY = timedelta(days=1)
 EVENTS_PER_TASK = 5
 LOAD_CHUNK = 500_000
+PARTS = ("conversion", "retention", "tasks")
 
 
 def _with_database(url: str, name: str) -> str:
@@ -263,7 +264,7 @@ def conversion(dsn: str, rows: int) -> dict[str, Any]:
             call_command("migrate", "queues", "0010_partition_task_events", verbosity=0)
     finally:
         logging.getLogger("taskforge.migrations").removeHandler(handler)
-    report.update(rows=rows, table_size=size, migration_log=logged, statements=_slowest(statements), baseline=baseline)
+    report.update(rows=rows, table_size=size, migration_log=logged, statements=statements, baseline=baseline)
     return report
 
 
@@ -422,15 +423,12 @@ def finished_tasks(dsn: str, rows: int) -> dict[str, Any]:
     }
 
 
-def _slowest(statements: list[dict[str, Any]], keep: int = 12) -> list[dict[str, Any]]:
-    return sorted(statements, key=lambda s: -s["ms"])[:keep]
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--convert-rows", type=int, default=1_000_000)
     parser.add_argument("--retention-rows", type=int, default=10_000_000)
     parser.add_argument("--task-rows", type=int, default=1_000_000)
+    parser.add_argument("--parts", nargs="+", choices=PARTS, default=list(PARTS), help="what to measure")
     args = parser.parse_args()
     server = os.environ.get("DATABASE_URL")
     if not server:
@@ -453,18 +451,22 @@ def main() -> None:
     try:
         with psycopg.connect(dsn) as conn:
             results["postgres"] = conn.execute("SELECT version()").fetchone()[0]  # type: ignore[index]
-        results["conversion"] = conversion(dsn, args.convert_rows)
-        print(json.dumps(results["conversion"], indent=2), flush=True)
-        results["retention"] = retention(dsn, args.retention_rows)
-        print(json.dumps(results["retention"], indent=2), flush=True)
+        if "conversion" in args.parts:
+            results["conversion"] = conversion(dsn, args.convert_rows)
+            print(json.dumps(results["conversion"], indent=2), flush=True)
         call_command("migrate", verbosity=0)
-        results["finished_tasks"] = finished_tasks(dsn, args.task_rows)
-        print(json.dumps(results["finished_tasks"], indent=2), flush=True)
+        if "retention" in args.parts:
+            results["retention"] = retention(dsn, args.retention_rows)
+            print(json.dumps(results["retention"], indent=2), flush=True)
+        if "tasks" in args.parts:
+            results["finished_tasks"] = finished_tasks(dsn, args.task_rows)
+            print(json.dumps(results["finished_tasks"], indent=2), flush=True)
     finally:
         connections.close_all()
         with psycopg.connect(admin_dsn, autocommit=True) as admin:
             admin.execute(f"DROP DATABASE IF EXISTS {DATABASE} WITH (FORCE)")
-    out = ROOT / "bench" / "results" / f"partitions-{datetime.now(UTC):%Y%m%dT%H%M%SZ}.json"
+    out = ROOT / "bench" / "results" / "partitions" / f"{datetime.now(UTC):%Y%m%dT%H%M%SZ}.json"
+    out.parent.mkdir(exist_ok=True)
     out.write_text(json.dumps(results, indent=2) + "\n")
     print(f"written to {out.relative_to(ROOT)}")
 

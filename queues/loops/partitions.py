@@ -45,7 +45,7 @@ def run_once() -> maintain.Round | None:
         )
     if done.dropped:
         logger.info(
-            "dropped %d history partition(s) past retention",
+            "dropped %d history partition(s)",
             len(done.dropped),
             extra={"event": "partitions.dropped", "partitions": list(done.dropped), "moved_back": done.moved_back},
         )

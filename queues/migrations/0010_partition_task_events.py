@@ -14,7 +14,7 @@ stops writes is held for one transaction that changes the catalog only.
 4. One transaction, holding ACCESS EXCLUSIVE on the old table (each attempt
    waits at most ``SWAP_LOCK_TIMEOUT`` for it, so writers queue behind it no
    longer than that): rename the table and its indexes, make the new index
-   its primary key, hand its id sequence's position to a new partitioned
+   a unique constraint, hand its id sequence's position to a new partitioned
    ``tf_task_event`` with the same columns and index names, and attach the
    old table FROM (MINVALUE) TO (T): the validated CHECK proves the bound and
    its indexes match the parent's, so nothing is scanned or built.
@@ -121,8 +121,10 @@ def partition(apps, schema_editor):
             f"ALTER TABLE tf_task_event RENAME TO {legacy}",
             f"ALTER INDEX tf_event_task RENAME TO {legacy}_task",
             f"ALTER INDEX tf_event_queue_at RENAME TO {legacy}_queue_at",
-            f"ALTER TABLE {legacy} DROP CONSTRAINT tf_task_event_pkey",
-            f"ALTER TABLE {legacy} ADD CONSTRAINT {legacy}_pkey PRIMARY KEY USING INDEX {NEW_KEY_INDEX}",
+            # Its own primary key on id stays (dropping it would add the index's removal to the
+            # commit); the new index becomes the constraint the parent's primary key attaches to.
+            f"ALTER TABLE {legacy} RENAME CONSTRAINT tf_task_event_pkey TO {legacy}_pkey",
+            f"ALTER TABLE {legacy} ADD CONSTRAINT {legacy}_id_at UNIQUE USING INDEX {NEW_KEY_INDEX}",
             f"ALTER TABLE {legacy} ALTER COLUMN id DROP IDENTITY",
             # LIKE copies the columns in their order with NOT NULL, not the CHECK.
             f"CREATE TABLE tf_task_event (LIKE {legacy}) PARTITION BY RANGE (at)",
