@@ -18,7 +18,7 @@ stops writes is held for one transaction that changes the catalog only.
    ``tf_task_event`` with the same columns and index names, and attach the
    old table FROM (MINVALUE) TO (T): the validated CHECK proves the bound and
    its indexes match the parent's, so nothing is scanned or built.
-5. The daily partitions from T through a week ahead, and the open-ended one
+5. The daily partitions from T through four days ahead, and the open-ended one
    after them, are attached (a lock that lets writes go on).
 
 The model's state does not change: ``TaskEvent.id`` stays the ORM's primary
@@ -35,8 +35,8 @@ from django.db import OperationalError, migrations, transaction
 
 logger = logging.getLogger("taskforge.migrations")
 
-# As queues.partitions.layout keeps them: daily partitions through a week after today.
-DAYS_AHEAD = 7
+# As queues.partitions.layout keeps them: daily partitions through four days after today.
+DAYS_AHEAD = 4
 SWAP_LOCK_TIMEOUT = "2s"
 SWAP_ATTEMPTS = 30
 BOUND = "tf_task_event_partition_bound"

@@ -9,13 +9,16 @@ Every bound is a UTC midnight. A round, in this order:
    timeout): ``DETACH ... FINALIZE``;
 2. drops the partitions wholly past retention (their upper bound is at or
    before ``now() - retention``), each detached ``CONCURRENTLY`` first;
-3. keeps daily partitions :data:`DAYS_AHEAD` days ahead of today. The
+3. keeps partitions :data:`DAYS_AHEAD` days ahead of today (a day each, or
+   :func:`span_days` when the retention period is long). The
    open-ended partition is replaced by the new days and a new open-ended one
    after them; it can be detached without a lock anyone waits for only while
    no event written now can belong to it, so when it starts less than
    :data:`SAFETY` ahead (the maintenance stopped for days and it is taking
    today's events) it is first *bounded* instead: re-attached, in one short
-   transaction, as the partition of the days it took;
+   transaction, as the partition of the days it took. (``maintain`` bounds
+   it too when it holds any row, which only an event dated days ahead can
+   be: a detached partition's rows would be out of sight until moved back);
 4. sweeps the tables an interrupted round left attached to nothing, moving
    back through the parent any row not past retention before dropping them.
 """
@@ -29,11 +32,15 @@ from itertools import pairwise
 
 #: The partitioned table.
 PARENT = "tf_task_event"
-#: Daily partitions exist through this many days after today...
-DAYS_AHEAD = 7
+#: Partitions exist through this many days after today...
+DAYS_AHEAD = 4
 #: ...and a round adds more once the open-ended partition starts fewer days ahead than this,
-#: so the open-ended partition is replaced every few days, not every day.
+#: so the open-ended partition is replaced every few days, not every day. At least two days
+#: more than SAFETY: an open-ended partition that just became due is still SAFETY ahead
+#: at any hour, so it is detached, never bounded.
 EXTEND_WITHIN_DAYS = 3
+#: A partition covers one day unless the retention period would then be more partitions than this.
+MOST_PARTITIONS_KEPT = 30
 #: The open-ended partition is detached (concurrently) only while it starts at least this far
 #: ahead: events are written with now(), so none can belong to it during the detach.
 SAFETY = timedelta(days=1)
@@ -70,7 +77,7 @@ class Leftover:
 class Extension:
     """New partitions to create and attach, replacing the open-ended one (when there is one)."""
 
-    replaces: str | None
+    replaces: Partition | None
     partitions: tuple[Partition, ...]
 
 
@@ -153,11 +160,19 @@ def plan(
     if open_ended is not None and open_ended.lower is not None and open_ended.lower < now + SAFETY:
         bound = open_ended
     else:
-        extension = _extension(attached, open_ended, now, parent)
+        extension = _extension(attached, open_ended, now, retention_days, parent)
     return Plan(unfinished, expired, extension, bound, leftovers)
 
 
-def _extension(attached: list[Partition], open_ended: Partition | None, now: datetime, parent: str) -> Extension | None:
+def span_days(retention_days: int) -> int:
+    """How many days one partition covers: one, unless the retention period would need more than
+    :data:`MOST_PARTITIONS_KEPT` of them (every query that cannot prune by ``at`` plans each one)."""
+    return max(1, -(-retention_days // MOST_PARTITIONS_KEPT))
+
+
+def _extension(
+    attached: list[Partition], open_ended: Partition | None, now: datetime, retention_days: int, parent: str
+) -> Extension | None:
     today = day_start(now)
     if open_ended is not None:
         assert open_ended.lower is not None  # an open-ended partition from MINVALUE is never planned
@@ -169,16 +184,16 @@ def _extension(attached: list[Partition], open_ended: Partition | None, now: dat
         # coverage resumes where the bounded partitions end, or today when there are none.
         uppers = [p.upper for p in attached if p.upper is not None]
         covered_until = max(uppers) if uppers else today
-    new_open = max(today + (DAYS_AHEAD + 1) * DAY, covered_until)
+    target = today + (DAYS_AHEAD + 1) * DAY
     bounds = [covered_until]
     if covered_until < today:
         bounds.append(today)  # the missed past days as one partition, not one per day
-    step = day_start(bounds[-1]) + DAY
-    while step < new_open:
+    span = span_days(retention_days) * DAY
+    step = day_start(bounds[-1]) + span
+    while bounds[-1] < target:
         bounds.append(step)
-        step += DAY
-    if bounds[-1] < new_open:
-        bounds.append(new_open)
+        step += span
+    new_open = bounds[-1]
     created = [Partition(name_for(lo, hi, parent), lo, hi) for lo, hi in pairwise(bounds)]
     created.append(Partition(name_for(new_open, None, parent), new_open, None))
-    return Extension(open_ended.name if open_ended else None, tuple(created))
+    return Extension(open_ended, tuple(created))

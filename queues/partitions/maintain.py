@@ -71,9 +71,14 @@ def run_round(*, retention_days: int, parent: str = PARENT, now: datetime | None
         _execute(f"ALTER TABLE {_q(parent)} DETACH PARTITION {_q(name)} CONCURRENTLY")
         _execute(f"DROP TABLE IF EXISTS {_q(name)}")
         dropped.append(name)
+    replaced = todo.extension.replaces if todo.extension is not None else None
     if todo.bound is not None:
         bounded = _bound(parent, todo.bound, moment)
-    if todo.extension is not None:
+    elif replaced is not None and _holds_rows(replaced.name):
+        # Only events dated days ahead can be there (events are written with now()): bound it
+        # rather than detach it, so that no row is ever out of sight. The next round extends.
+        bounded = _bound(parent, replaced, moment)
+    elif todo.extension is not None:
         created.extend(_extend(parent, todo.extension))
     moved = 0
     for found in todo.leftovers:
@@ -94,13 +99,14 @@ def _extend(parent: str, extension: layout.Extension) -> list[str]:
         for new in extension.partitions:
             _execute(_create_sql(parent, new.name))
     if extension.replaces is not None:
-        _execute(f"ALTER TABLE {_q(parent)} DETACH PARTITION {_q(extension.replaces)} CONCURRENTLY")
+        _execute(f"ALTER TABLE {_q(parent)} DETACH PARTITION {_q(extension.replaces.name)} CONCURRENTLY")
     with transaction.atomic():
         for new in extension.partitions:
             _execute(_attach_sql(parent, new))
     if extension.replaces is not None:
-        # Empty by construction; swept like any leftover, so a row could not be lost even so.
-        _sweep(parent, Leftover(extension.replaces, keep_rows=True), cutoff=None)
+        # Found empty before the detach; swept like any leftover, so that not even an event
+        # dated days ahead and written in between could be lost.
+        _sweep(parent, Leftover(extension.replaces.name, keep_rows=True), cutoff=None)
     return [new.name for new in extension.partitions]
 
 
@@ -174,6 +180,12 @@ def _sweep(parent: str, found: Leftover, cutoff: datetime | None) -> tuple[bool,
             moved = cursor.rowcount
         cursor.execute(f"DROP TABLE {table}")
     return True, moved
+
+
+def _holds_rows(name: str) -> bool:
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT EXISTS (SELECT 1 FROM {_q(name)})")
+        return bool(cursor.fetchone()[0])
 
 
 def _create_sql(parent: str, name: str) -> str:

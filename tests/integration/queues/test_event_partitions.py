@@ -8,6 +8,7 @@ The real table is used where its layout stays whole.
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 import uuid
@@ -66,7 +67,7 @@ def partitions_of(parent: str) -> list[layout.Partition]:
 def assert_covers_from_oldest_to_forever(parent: str) -> None:
     found = partitions_of(parent)
     assert not any(p.detaching for p in found)
-    for before, after in zip(found, found[1:], strict=False):
+    for before, after in itertools.pairwise(found):
         assert before.upper == after.lower, f"gap or overlap between {before.name} and {after.name}"
     assert found[-1].upper is None
 
@@ -112,9 +113,10 @@ def test_retention_drops_whole_days_and_keeps_the_recent_ones(scratch):
     start = day_start(database_now()) - 40 * DAY + timedelta(hours=9)
     round_at(start)
     insert_events(scratch, start + DAY)  # will be past retention
-    insert_events(scratch, start + 6 * DAY + timedelta(hours=5))  # still within it at the end
     for days in range(1, 14):  # a watchdog running every day for two weeks
         round_at(start + days * DAY)
+        if days == 6:
+            insert_events(scratch, start + 6 * DAY + timedelta(hours=5))  # still within it at the end
     now = start + 13 * DAY
     kept = events_at(scratch)
     assert kept == [start + 6 * DAY + timedelta(hours=5)] * 3
@@ -131,8 +133,8 @@ def test_retention_drops_whole_days_and_keeps_the_recent_ones(scratch):
 def test_a_round_that_detaches_and_drops_partitions_never_fails_an_insert(scratch):
     """The open-ended partition is replaced and days are dropped while events are written at now()."""
     now = database_now()
-    round_at(now - 6 * DAY)  # days from 6 days ago; the open-ended partition 2 days ahead: a round is due
-    insert_events(scratch, now - 5 * DAY)
+    round_at(now - 3 * DAY)  # days from 3 days ago; the open-ended partition 2 days ahead: a round is due
+    insert_events(scratch, now - 3 * DAY)
     failures: list[BaseException] = []
     written = 0
     stop = threading.Event()
@@ -154,15 +156,19 @@ def test_a_round_that_detaches_and_drops_partitions_never_fails_an_insert(scratc
     thread.start()
     try:
         time.sleep(0.2)
-        done = round_at(database_now(), retention_days=4)
+        done = round_at(database_now(), retention_days=2)
         time.sleep(0.2)
     finally:
         stop.set()
         thread.join()
     assert failures == []
     assert written > 0
-    assert layout.name_for(day_start(now - 5 * DAY), day_start(now - 4 * DAY), scratch) in done.dropped
-    assert len(done.created) == 7  # days 2..7 ahead and the new open-ended partition
+    assert done.dropped == (layout.name_for(day_start(now - 3 * DAY), day_start(now - 2 * DAY), scratch),)
+    today = day_start(now)
+    assert done.created == (
+        *(layout.name_for(today + n * DAY, today + (n + 1) * DAY, scratch) for n in range(2, DAYS_AHEAD + 1)),
+        layout.name_for(today + (DAYS_AHEAD + 1) * DAY, None, scratch),
+    )
     (count,) = _sql(f"SELECT count(*) FROM {scratch} WHERE at > %s", [now - DAY])[0]
     assert count == written
     assert_covers_from_oldest_to_forever(scratch)
@@ -171,14 +177,15 @@ def test_a_round_that_detaches_and_drops_partitions_never_fails_an_insert(scratc
 @pytest.mark.django_db(transaction=True)
 def test_an_open_ended_partition_that_took_todays_events_is_bounded_and_keeps_them(scratch):
     now = database_now()
-    round_at(now - 10 * DAY)  # the maintenance then stopped: days end 2 days ago
+    round_at(now - 10 * DAY)  # the maintenance then stopped: days end 5 days ago
     insert_events(scratch, now - DAY, count=5)
     insert_events(scratch, now, count=5)
     insert_events(scratch, now + 3 * DAY, count=1)  # even one dated ahead of the bound it would get
+    open_ended = partitions_of(scratch)[-1]
     (before,) = _sql(f"SELECT tableoid::regclass::text FROM {scratch} WHERE at = %s LIMIT 1", [now])[0]
-    assert str(before).startswith(f"{scratch}_from_")
+    assert before == open_ended.name
     done = round_at(now)
-    assert done.bounded == layout.name_for(day_start(now - 2 * DAY), day_start(now + 4 * DAY), scratch)
+    assert done.bounded == layout.name_for(open_ended.lower, day_start(now + 4 * DAY), scratch)  # type: ignore[arg-type]
     assert len(events_at(scratch)) == 11
     (home,) = _sql(f"SELECT DISTINCT tableoid::regclass::text FROM {scratch} WHERE at >= %s", [now - DAY])[0]
     assert home == done.bounded
@@ -190,30 +197,46 @@ def test_an_open_ended_partition_that_took_todays_events_is_bounded_and_keeps_th
 
 
 @pytest.mark.django_db(transaction=True)
+def test_an_open_ended_partition_holding_an_event_dated_ahead_is_bounded_rather_than_detached(scratch):
+    """Detached, its rows would be out of sight until moved back: it is bounded instead."""
+    now = database_now()
+    round_at(now - 3 * DAY)  # the open-ended partition starts 2 days ahead: due, and far enough to detach
+    open_ended = partitions_of(scratch)[-1]
+    ahead = open_ended.lower + timedelta(hours=30)  # type: ignore[operator]
+    insert_events(scratch, ahead, count=2)
+    done = round_at(now)
+    assert done.bounded == layout.name_for(open_ended.lower, day_start(ahead) + DAY, scratch)  # type: ignore[arg-type]
+    assert not done.created
+    assert events_at(scratch) == [ahead, ahead]
+    assert round_at(now + 2 * DAY).created  # the days ahead come with a later round, as usual
+    assert_covers_from_oldest_to_forever(scratch)
+
+
+@pytest.mark.django_db(transaction=True)
 def test_what_an_interrupted_round_left_is_cleaned_up_without_losing_a_kept_row(scratch):
     now = database_now()
     round_at(now - 9 * DAY)
     insert_events(scratch, now - 9 * DAY)  # past retention at the end
-    round_at(now - 3 * DAY)
+    for days in range(8, 2, -1):
+        round_at(now - days * DAY)
     partitions = partitions_of(scratch)
     expired = partitions[0]
     # A detach that timed out waiting for a transaction using the table: left pending.
     with psycopg.connect(_dsn()) as reader:
         reader.execute(f"SELECT count(*) FROM {scratch}")
-        with pytest.raises(Exception, match="lock timeout"):  # noqa: PT011 - Django wraps psycopg's error
-            with connection.cursor() as cursor:
-                cursor.execute("SET lock_timeout = '200ms'")
-                try:
-                    cursor.execute(f'ALTER TABLE {scratch} DETACH PARTITION "{expired.name}" CONCURRENTLY')
-                finally:
-                    cursor.execute("RESET lock_timeout")
+        with pytest.raises(Exception, match="lock timeout"), connection.cursor() as cursor:
+            cursor.execute("SET lock_timeout = '200ms'")
+            try:
+                cursor.execute(f'ALTER TABLE {scratch} DETACH PARTITION "{expired.name}" CONCURRENTLY')
+            finally:
+                cursor.execute("RESET lock_timeout")
     assert [p.name for p in partitions_of(scratch) if p.detaching] == [expired.name]
     # A former open-ended partition detached and never dropped, with a row still to keep.
     stray = layout.name_for(now - 20 * DAY, None, scratch)
     _sql(f'CREATE TABLE "{stray}" (LIKE {scratch})')
     kept_id = 10**12
     _sql(
-        f"INSERT INTO \"{stray}\" (id, task_id, queue_id, kind, at, to_status)"
+        f'INSERT INTO "{stray}" (id, task_id, queue_id, kind, at, to_status)'
         " VALUES (%s, %s, %s, 'transition', %s, 'done')",
         [kept_id, uuid.uuid4(), uuid.uuid4(), now],
     )

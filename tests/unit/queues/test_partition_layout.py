@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import itertools
 from datetime import UTC, datetime, timedelta
 
 from queues.partitions.layout import (
     DAYS_AHEAD,
+    EXTEND_WITHIN_DAYS,
+    SAFETY,
     Leftover,
     Partition,
     day_start,
     leftover,
     name_for,
     plan,
+    span_days,
 )
 
 DAY = timedelta(days=1)
@@ -60,19 +64,19 @@ def test_the_converted_table_goes_whole_once_its_bound_is_past_retention():
     assert converted.name not in plan([converted, *steady(first=-9)], [], NOW, retention_days=10).expired
 
 
-def test_days_ahead_are_added_once_fewer_than_three_are_left_and_replace_the_open_ended_partition():
+def test_days_ahead_are_added_once_few_are_left_and_replace_the_open_ended_partition():
     assert plan(steady(ahead=2), [], NOW, retention_days=7).extension is None
     extension = plan(steady(ahead=1), [], NOW, retention_days=7).extension
     assert extension is not None
-    assert extension.replaces == "tf_task_event_from_20270312"
+    assert extension.replaces == open_from(2)
     assert [p.name for p in extension.partitions] == [
         *(name_for(day(offset), day(offset + 1)) for offset in range(2, DAYS_AHEAD + 1)),
-        "tf_task_event_from_20270318",
+        name_for(day(DAYS_AHEAD + 1), None),
     ]
     # Contiguous: every new partition starts where the last one ended, from where coverage stood.
     bounds = [(p.lower, p.upper) for p in extension.partitions]
     assert bounds[0][0] == day(2)
-    assert all(upper == lower for (_, upper), (lower, _) in zip(bounds, bounds[1:], strict=False))
+    assert all(upper == lower for (_, upper), (lower, _) in itertools.pairwise(bounds))
     assert bounds[-1] == (day(DAYS_AHEAD + 1), None)
 
 
@@ -125,3 +129,28 @@ def test_leftovers_are_known_by_name_only():
         assert leftover(name, cutoff) is None
     todo = plan(steady(first=-7), ["tf_task_event_archive", "tf_task_event_20270318"], NOW, retention_days=7)
     assert todo.leftovers == (Leftover("tf_task_event_20270318", keep_rows=True),)
+
+
+def test_rounds_at_any_hour_replace_the_open_ended_partition_and_never_need_to_bound_it():
+    """A due extension always starts at least SAFETY ahead, whatever the hour the round runs."""
+    assert timedelta(days=EXTEND_WITHIN_DAYS - 2) >= SAFETY
+    partitions = steady(first=-7)
+    moment = NOW
+    for _ in range(24 * 12):  # a round every hour for twelve days
+        moment += timedelta(hours=1)
+        todo = plan(partitions, [], moment, retention_days=7)
+        assert todo.bound is None, moment
+        kept = [p for p in partitions if p.name not in todo.expired]
+        if todo.extension is not None:
+            kept = [p for p in kept if p != todo.extension.replaces] + list(todo.extension.partitions)
+        partitions = kept
+    assert partitions[-1].lower is not None and partitions[-1].lower >= day_start(moment) + EXTEND_WITHIN_DAYS * DAY
+    assert partitions[0].lower == day_start(moment - 7 * DAY)
+
+
+def test_a_long_retention_period_is_split_in_at_most_about_thirty_partitions():
+    assert [span_days(days) for days in (1, 7, 30, 31, 365, 3650)] == [1, 1, 1, 2, 13, 122]
+    extension = plan(steady(ahead=1), [], NOW, retention_days=365).extension
+    assert extension is not None
+    assert [(p.lower, p.upper) for p in extension.partitions] == [(day(2), day(15)), (day(15), None)]
+    assert extension.partitions[0].name == "tf_task_event_20270312_20270325"
