@@ -278,16 +278,17 @@ def retention(dsn: str, rows: int) -> dict[str, Any]:
 
     print(f"2. retention: a day of {rows:,} events past retention", flush=True)
     # Days from ten days ago, as a watchdog running since then would have made them: the
-    # converted table and the rest go, two rounds in the past build the days.
+    # converted table and the rest go, rounds dated in the past build the days.
     for partition in reversed(catalog.read().partitions):
         with connection.cursor() as cursor:
             cursor.execute(f'DROP TABLE "{partition.name}"')
     with connection.cursor() as cursor:
         cursor.execute("SELECT now()")
         (now,) = cursor.fetchone()
-    maintain.run_round(retention_days=7, now=now - 10 * DAY)
-    maintain.run_round(retention_days=7, now=now - 4 * DAY)
-    # The oldest day, ten days back: the round at now drops it (and the two after it, empty).
+    for days in range(10, -1, -1):  # a round a day, keeping everything until the measured one
+        maintain.run_round(retention_days=30, now=now - days * DAY)
+    # The oldest day, ten days back: the measured round drops it (and the two after it, empty),
+    # and has nothing else to do.
     day = catalog.read().partitions[0]
     assert day.lower is not None and day.upper is not None
     reader_task = load_events(dsn, rows, day.lower, DAY - timedelta(microseconds=1), uuid.uuid4())
@@ -315,6 +316,8 @@ def retention(dsn: str, rows: int) -> dict[str, Any]:
         day=day.name,
         day_size=size,
         dropped=list(done.dropped),
+        created=list(done.created),
+        bounded=done.bounded,
         day_gone=all(p.name != day.name for p in remaining),
         statements=statements,
         baseline=baseline,

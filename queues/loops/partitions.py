@@ -33,7 +33,8 @@ def run_once() -> maintain.Round | None:
         return None
     if done.bounded:
         logger.warning(
-            "the open-ended history partition was taking today's events (maintenance fell behind); bounded as %s",
+            "the open-ended history partition held events (today's, if the watchdog had stopped for days); "
+            "bounded as %s",
             done.bounded,
             extra={"event": "partitions.bounded", "partition": done.bounded},
         )

@@ -75,6 +75,13 @@ def _with_lock_retries(connection, step):
 
 def partition(apps, schema_editor):
     connection = schema_editor.connection
+    with connection.cursor() as cursor:
+        (kind,) = _fetch_one(cursor, "SELECT relkind FROM pg_class WHERE oid = 'tf_task_event'::regclass")
+    if kind == "p":
+        # Swapped by an earlier run that stopped before step 5 ended: the watchdog's first
+        # round creates whatever days ahead are missing.
+        return
+    # 1. T.
     with transaction.atomic(using=connection.alias), connection.cursor() as cursor:
         cursor.execute("SET LOCAL statement_timeout = 0")  # a scan of every row, under no lock that blocks
         now, latest = _fetch_one(cursor, "SELECT now(), (SELECT max(at) FROM tf_task_event)")
@@ -87,7 +94,9 @@ def partition(apps, schema_editor):
     _with_lock_retries(
         connection,
         lambda cursor: cursor.execute(
-            f"ALTER TABLE tf_task_event ADD CONSTRAINT {BOUND} CHECK (at < {_literal(bound)}) NOT VALID"
+            # Dropped first: an earlier run that stopped may have added it, with another T.
+            f"ALTER TABLE tf_task_event DROP CONSTRAINT IF EXISTS {BOUND},"
+            f" ADD CONSTRAINT {BOUND} CHECK (at < {_literal(bound)}) NOT VALID"
         ),
     )
     with transaction.atomic(using=connection.alias), connection.cursor() as cursor:
@@ -97,15 +106,15 @@ def partition(apps, schema_editor):
     # 3. The new primary key's index, built beside the writes (a build interrupted before leaves
     # an invalid index behind: it is dropped and built again).
     with connection.cursor() as cursor:
-        cursor.execute("SET statement_timeout = 0")
-        cursor.execute(
-            "SELECT NOT indisvalid FROM pg_index WHERE indexrelid = to_regclass(%s)", [NEW_KEY_INDEX]
-        )
+        cursor.execute("SELECT NOT indisvalid FROM pg_index WHERE indexrelid = to_regclass(%s)", [NEW_KEY_INDEX])
         found = cursor.fetchone()
-        if found and found[0]:
-            cursor.execute(f"DROP INDEX CONCURRENTLY {NEW_KEY_INDEX}")
-        cursor.execute(f"CREATE UNIQUE INDEX CONCURRENTLY IF NOT EXISTS {NEW_KEY_INDEX} ON tf_task_event (id, at)")
-        cursor.execute("RESET statement_timeout")
+        cursor.execute("SET statement_timeout = 0")  # not in a transaction: a concurrent build cannot be
+        try:
+            if found and found[0]:
+                cursor.execute(f"DROP INDEX CONCURRENTLY {NEW_KEY_INDEX}")
+            cursor.execute(f"CREATE UNIQUE INDEX CONCURRENTLY IF NOT EXISTS {NEW_KEY_INDEX} ON tf_task_event (id, at)")
+        finally:
+            cursor.execute("RESET statement_timeout")
 
     # 4. The swap.
     def swap(cursor):

@@ -7,7 +7,10 @@ first, always cover every time from the oldest kept to forever:
 * ``tf_task_event_before_<day>``: the table as it was before migration 0010,
   attached whole as the partition of everything before ``<day>`` (the
   conversion copies nothing); dropped once ``<day>`` is past retention;
-* ``tf_task_event_<day>``: one per UTC day, created a week ahead;
+* ``tf_task_event_<day>``: one per UTC day, created four days ahead (when
+  the retention period is over 30 days, each covers several days, named
+  ``tf_task_event_<first day>_<day after>``, so that there are never more
+  than about 30 to plan a query over);
 * ``tf_task_event_from_<day>``: open-ended, ``<day>`` to forever. Events are
   written with ``now()``, so it stays empty while the days ahead exist; it is
   there so that an insert never fails for lack of a partition, however long

@@ -45,7 +45,8 @@ class Round:
 
     created: tuple[str, ...] = ()
     dropped: tuple[str, ...] = ()
-    #: The open-ended partition bounded because it was taking today's events.
+    #: The open-ended partition, bounded because it held events: today's (the maintenance had
+    #: stopped for days) or ones dated days ahead.
     bounded: str | None = None
     #: Rows moved back into the parent from leftovers before dropping them.
     moved_back: int = 0

@@ -30,7 +30,7 @@ class Command(LoopCommand):
         # The same process samples the queues' counters once a minute; bookkeeping, not counted as handled.
         history.run_once()
         # A partition round is a catalog read when nothing is due; once a minute is plenty for
-        # days created a week ahead, and a round that waits on a lock costs the tick little.
+        # days created four days ahead, and a round that waits on a lock costs the tick little.
         if time.monotonic() >= self.partitions_due:
             partitions.run_once()
             self.partitions_due = time.monotonic() + PARTITIONS_EVERY_SECONDS
