@@ -11,6 +11,9 @@ own (``taskforge_partitions_bench``: created, and dropped at the end):
    retention are dropped by a maintenance round (``queues.partitions``), with
    the same writer and reader; for comparison, the events of 20,000 tasks of
    that day are first deleted the old way (by task id, in batches of 1,000).
+   Then the reads that cannot skip partitions by time (a task's history, the
+   per-minute rates) are planned and run over the partitions and over one
+   plain table holding the same 1,000,000 events.
 3. **Finished tasks.** Whether ``tf_task`` would gain from partitioning:
    ``prune_finished`` batches on ``--task-rows`` finished tasks (1,000,000),
    and a primary-key probe (the claim's) on the plain table and on a copy
@@ -46,7 +49,7 @@ DATABASE = "taskforge_partitions_bench"
 DAY = timedelta(days=1)
 EVENTS_PER_TASK = 5
 LOAD_CHUNK = 500_000
-PARTS = ("conversion", "retention", "tasks")
+PARTS = ("conversion", "retention", "reads", "tasks")
 
 
 def _with_database(url: str, name: str) -> str:
@@ -330,7 +333,88 @@ def retention(dsn: str, rows: int) -> dict[str, Any]:
     return report
 
 
+# --- 2b. reads that cannot skip partitions by time -----------------------------------------------
+
+READS = {
+    "a task's history": "SELECT * FROM {table} WHERE task_id = %(task)s ORDER BY at, id",
+    "per-minute rates": (
+        "SELECT count(*) FILTER (WHERE to_status = 'done') FROM {table}"
+        " WHERE queue_id = %(queue)s AND kind = 'transition' AND at > now() - interval '60 seconds'"
+    ),
+}
+
+
+def reads(dsn: str, rows: int = 1_000_000, runs: int = 60) -> dict[str, Any]:
+    """Planning and execution of the history's reads: the partitioned table against one plain table.
+
+    Statements are not prepared (Django does not prepare them), so each run is planned, and
+    a query that cannot skip partitions by ``at`` at planning time plans every one.
+    """
+    from queues.partitions import catalog
+
+    print(f"2b. reads over {len(catalog.read().partitions)} partitions and over one table, {rows:,} events", flush=True)
+    queue_id = uuid.uuid4()
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("TRUNCATE tf_task_event")
+        (now,) = conn.execute("SELECT now()").fetchone()  # type: ignore[misc]
+    task = load_events(dsn, rows, now - 7 * DAY, 7 * DAY, queue_id)
+    figures: dict[str, Any] = {"partitions": len(catalog.read().partitions)}
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE tf_task_event_plain AS SELECT * FROM tf_task_event")
+        conn.execute("CREATE INDEX ON tf_task_event_plain (task_id, at)")
+        conn.execute("CREATE INDEX ON tf_task_event_plain (queue_id, at)")
+        conn.execute("VACUUM (ANALYZE) tf_task_event")
+        conn.execute("VACUUM (ANALYZE) tf_task_event_plain")
+        for label, template in READS.items():
+            for table in ("tf_task_event", "tf_task_event_plain"):
+                planning, execution = [], []
+                for _ in range(runs):
+                    (plan,) = conn.execute(  # type: ignore[misc]
+                        "EXPLAIN (ANALYZE, SUMMARY, FORMAT JSON) " + template.format(table=table),
+                        {"task": task, "queue": queue_id},
+                    ).fetchone()
+                    planning.append(plan[0]["Planning Time"])
+                    execution.append(plan[0]["Execution Time"])
+                warm = runs // 6  # the first runs fill the session's catalog caches
+                figures[f"{label}, {table}"] = {
+                    "planning_ms": round(statistics.median(planning[warm:]), 3),
+                    "execution_ms": round(statistics.median(execution[warm:]), 3),
+                }
+        conn.execute("DROP TABLE tf_task_event_plain")
+    return figures
+
+
 # --- 3. finished tasks -----------------------------------------------------------------------------
+
+
+def probe_by_id(conn: psycopg.Connection[Any], ids: list[uuid.UUID], rounds: int = 7) -> dict[str, Any]:
+    """Primary-key probes on the plain and the partitioned table, taking turns; medians of ``rounds``."""
+    tables = ("tf_task", "tf_task_by_day")
+    # Many ids in one statement, as the claim by ids probes them (statements.CLAIM_BY_IDS_*)...
+    batch = (
+        "SELECT count(*) FROM unnest(%s::uuid[]) AS wanted(id)"
+        " CROSS JOIN LATERAL (SELECT 1 FROM {table} x WHERE x.id = wanted.id OFFSET 0) t"
+    )
+    # ...and one statement per id, as a single ack finds its task (planning included).
+    single = "SELECT id, status FROM {table} WHERE id = %s FOR UPDATE"
+    timings: dict[str, list[float]] = {f"{kind}, {table}": [] for kind in ("batch", "single") for table in tables}
+    for _ in range(rounds + 1):  # the first round warms the caches and is not counted
+        for table in tables:
+            began = time.perf_counter()
+            conn.execute(batch.format(table=table), [ids])
+            timings[f"batch, {table}"].append((time.perf_counter() - began) / len(ids))
+            began = time.perf_counter()
+            with conn.transaction():
+                for task_id in ids[:2000]:
+                    conn.execute(single.format(table=table), [task_id])
+            timings[f"single, {table}"].append((time.perf_counter() - began) / 2000)
+    return {
+        table: {
+            "one_probe_in_a_batch_ms": round(statistics.median(timings[f"batch, {table}"][1:]) * 1000, 4),
+            "one_statement_per_id_ms": round(statistics.median(timings[f"single, {table}"][1:]) * 1000, 4),
+        }
+        for table in tables
+    }
 
 
 def finished_tasks(dsn: str, rows: int) -> dict[str, Any]:
@@ -378,31 +462,7 @@ def finished_tasks(dsn: str, rows: int) -> dict[str, Any]:
             idempotency = "accepted"
         except psycopg.Error as exc:
             idempotency = str(exc).splitlines()[0]
-        probes: dict[str, dict[str, float]] = {}
-        for table in ("tf_task", "tf_task_by_day"):
-            # One statement per id, as a single claim or ack finds its task: planning included.
-            statement = f"SELECT id, status FROM {table} WHERE id = %s FOR UPDATE"
-            with conn.transaction():
-                for task_id in ids[:1000]:  # warm up: caches and prepared statements
-                    conn.execute(statement, [task_id], prepare=True)
-            began = time.perf_counter()
-            with conn.transaction():
-                for task_id in ids:
-                    conn.execute(statement, [task_id], prepare=True)
-            per_statement = (time.perf_counter() - began) / len(ids)
-            # Many ids in one statement, as the claim by ids probes them (statements.CLAIM_BY_IDS_*).
-            batch = (
-                f"SELECT count(*) FROM unnest(%s::uuid[]) AS wanted(id)"
-                f" CROSS JOIN LATERAL (SELECT 1 FROM {table} x WHERE x.id = wanted.id OFFSET 0) t"
-            )
-            conn.execute(batch, [ids])
-            began = time.perf_counter()
-            conn.execute(batch, [ids])
-            per_probe = (time.perf_counter() - began) / len(ids)
-            probes[table] = {
-                "one_statement_per_id_ms": round(per_statement * 1000, 4),
-                "one_probe_in_a_batch_ms": round(per_probe * 1000, 4),
-            }
+        probes = probe_by_id(conn, ids)
     batches = []
     settings.TASKFORGE_RETENTION_DAYS = 7
     began = time.perf_counter()
@@ -461,6 +521,9 @@ def main() -> None:
         if "retention" in args.parts:
             results["retention"] = retention(dsn, args.retention_rows)
             print(json.dumps(results["retention"], indent=2), flush=True)
+        if "reads" in args.parts:
+            results["reads"] = reads(dsn)
+            print(json.dumps(results["reads"], indent=2), flush=True)
         if "tasks" in args.parts:
             results["finished_tasks"] = finished_tasks(dsn, args.task_rows)
             print(json.dumps(results["finished_tasks"], indent=2), flush=True)
