@@ -31,6 +31,7 @@ import logging
 import time
 from datetime import UTC, datetime, timedelta
 
+from django.conf import settings
 from django.db import OperationalError, migrations, transaction
 
 logger = logging.getLogger("taskforge.migrations")
@@ -105,16 +106,22 @@ def partition(apps, schema_editor):
 
     # 3. The new primary key's index, built beside the writes (a build interrupted before leaves
     # an invalid index behind: it is dropped and built again).
+    # A concurrent build cannot run in a transaction, so no SET LOCAL lifts the statement timeout
+    # for it. Behind PgBouncer a session SET could outlive the statement on a pooled server
+    # connection: there the role's statement_timeout bounds the build (docs/operations.md).
+    unbounded = not settings.TASKFORGE_DB_PGBOUNCER
     with connection.cursor() as cursor:
         cursor.execute("SELECT NOT indisvalid FROM pg_index WHERE indexrelid = to_regclass(%s)", [NEW_KEY_INDEX])
         found = cursor.fetchone()
-        cursor.execute("SET statement_timeout = 0")  # not in a transaction: a concurrent build cannot be
+        if unbounded:
+            cursor.execute("SET statement_timeout = 0")
         try:
             if found and found[0]:
                 cursor.execute(f"DROP INDEX CONCURRENTLY {NEW_KEY_INDEX}")
             cursor.execute(f"CREATE UNIQUE INDEX CONCURRENTLY IF NOT EXISTS {NEW_KEY_INDEX} ON tf_task_event (id, at)")
         finally:
-            cursor.execute("RESET statement_timeout")
+            if unbounded:
+                cursor.execute("RESET statement_timeout")
 
     # 4. The swap.
     def swap(cursor):
