@@ -28,7 +28,7 @@ WITH_SERVICES := $(if $(and $(DATABASE_URL),$(REDIS_URL)),,$(PY) -m taskforge.de
 LOCK := $(VENV)/bin/uv pip compile --quiet --generate-hashes --universal --python-version 3.12 \
 	--custom-compile-command "make lock" $(LOCK_ARGS)
 
-.PHONY: help venv run test test-unit test-browser lint typecheck format docs lock test-faults bench bench-partitions fuzz clean
+.PHONY: help venv run test test-unit test-browser lint typecheck format docs lock test-faults test-faults-multinode bench bench-partitions fuzz clean
 
 help: ## List the targets
 	@awk 'BEGIN { FS = ":[^#]*## " } /^[a-zA-Z_-]+:.*## / { printf "  %-16s %s\n", $$1, $$2 }' $(MAKEFILE_LIST)
@@ -111,6 +111,12 @@ bench-partitions: venv ## Measure the history partitions: conversion lock, reten
 # scenario is checked for lost, duplicated or stale work. See faults/ and docs/guarantees.md.
 test-faults: venv ## Fault injection: outages, kills, skewed clocks (about 10 minutes; FAULTS_SOAK_MINUTES=N: a soak)
 	$(PY) -m faults $(FAULTS_ARGS)
+
+# The soak through the multi-node simulation (faults/multinode.py): 3 API servers behind HAProxy,
+# PgBouncer, two of each loop; once on a Redis Cluster, once on a Sentinel-managed Redis.
+test-faults-multinode: venv ## The fault soak through the multi-node simulation, on a Cluster then on Sentinel (3 min each)
+	$(PY) -m faults --multinode cluster $(FAULTS_ARGS)
+	$(PY) -m faults --multinode sentinel $(FAULTS_ARGS)
 
 # Schemathesis over /api/schema with every role's key, coverage phase on (make test runs a
 # bounded version of the same test).

@@ -52,8 +52,8 @@ LOCK_SECONDS = 30  # longer than any stats query may run (statement_timeout)
 
 def shared_snapshot(fresh_for: float) -> dict[str, Any]:
     """The latest snapshot, computed at most once per ``fresh_for`` seconds across all processes."""
-    client = redis_client()
     try:
+        client = redis_client()
         fresh = client.get(FRESH_KEY)
         if fresh is not None:
             return orjson.loads(fresh)

@@ -14,6 +14,8 @@ that the harness may restart. Exit status 0 only when every check passed.
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import functools
 import json
 import os
 import secrets
@@ -41,6 +43,7 @@ from faults.stack import LEASE_SECONDS, LOOPS, Proc, Stack
 DEFAULT_DATABASE_URL = "postgres://postgres@127.0.0.1:5432/taskforge_faults"
 WARMUP_SECONDS = 2.0
 SETTLE_TIMEOUT_SECONDS = 60.0
+MULTINODE_SOAK_MINUTES = 3.0
 
 
 @dataclass
@@ -73,6 +76,9 @@ class ScenarioRun:
 
 
 class Harness:
+    #: Whether this is the multi-node topology (``faults.multinode``): its engines have faults of their own.
+    multinode = False
+
     def __init__(self, run_dir: Path, postgres: MachinePostgres | EmbeddedPostgres, workers: int, rate: float) -> None:
         self.run_dir = run_dir
         self.postgres = postgres
@@ -89,6 +95,10 @@ class Harness:
 
     def api_urls(self) -> list[str]:
         return [p.url for p in self.stack.apis()]
+
+    def worker_api_url(self) -> str | None:
+        """Where a new worker connects; None: any API server."""
+        return None
 
     def start(self) -> None:
         self.postgres.start()
@@ -300,6 +310,11 @@ def soak_scenario(minutes: float) -> Scenario:
     )
 
 
+def _on_any_postgres(scenario: Scenario) -> Scenario:
+    """The soak on a Postgres it may not restart (the multi-node simulation's is the machine's)."""
+    return dataclasses.replace(scenario, restartable_postgres=False)
+
+
 def _reachable(url: str) -> bool:
     try:
         MachinePostgres(url).ping()
@@ -333,7 +348,17 @@ def main(argv: list[str] | None = None) -> int:
         default=float(os.environ.get("FAULTS_SOAK_MINUTES") or 0),
         help="instead of the scenarios: the whole catalogue at random for this long (FAULTS_SOAK_MINUTES)",
     )
+    parser.add_argument(
+        "--multinode",
+        nargs="?",
+        const="cluster",
+        choices=["cluster", "sentinel"],
+        help="the soak through the multi-node simulation (faults.multinode): 3 API servers behind HAProxy, "
+        "PgBouncer, a Redis Cluster (or Sentinel), two of each loop (default soak: 3 min)",
+    )
     args = parser.parse_args(argv)
+    if args.multinode and args.soak_minutes <= 0:
+        args.soak_minutes = MULTINODE_SOAK_MINUTES
     # A SIGTERM (a CI timeout, pkill) unwinds through the finally blocks below,
     # which stop every process the harness started.
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
@@ -353,7 +378,20 @@ def main(argv: list[str] | None = None) -> int:
     postgres = args.postgres
     if postgres == "auto":
         postgres = "machine" if _reachable(args.database_url) else "embedded"
-    if postgres == "embedded":
+    groups: list[tuple[str, Any, list[Scenario]]]
+    if args.multinode:
+        from faults import multinode  # it builds on this module
+
+        if args.database_url == DEFAULT_DATABASE_URL:
+            args.database_url = multinode.DATABASE_URL  # its own, beside a concurrent make test-faults
+
+        if postgres != "machine":
+            parser.error("--multinode needs the machine's Postgres (--database-url), which PgBouncer fronts")
+        soak_on_machine = [_on_any_postgres(chosen[0])]
+        label = f"multi-node simulation ({args.multinode})"
+        groups = [(label, lambda d: MachinePostgres(args.database_url), soak_on_machine)]
+        make_harness: Any = functools.partial(multinode.MultiNodeHarness, redis_mode=args.multinode)
+    elif postgres == "embedded":
         groups = [("embedded Postgres", EmbeddedPostgres, chosen)]
     else:
         on_machine = [s for s in chosen if not s.restartable_postgres]
@@ -366,7 +404,9 @@ def main(argv: list[str] | None = None) -> int:
             continue
         group_dir = run_dir / label.split()[0]
         group_dir.mkdir()
-        harness = Harness(group_dir, make_postgres(group_dir), workers=args.workers, rate=args.rate)
+        harness = (make_harness if args.multinode else Harness)(
+            group_dir, make_postgres(group_dir), workers=args.workers, rate=args.rate
+        )
         print(f"\n== starting the stack on the {label}", flush=True)
         try:
             harness.start()

@@ -58,10 +58,7 @@ def soak(h: Harness, run: ScenarioRun) -> None:
         (loop_kill9, 4),
         (api_process_kill9, 4),
         (api_server_kill9, 1),
-        (redis_flushall, 3),
-        (redis_pause, 3),
-        (redis_down, 1),
-        (redis_out_of_memory, 2),
+        *engine_faults(h),
         (pg_terminate, 4),
         (stale_and_duplicate_calls, 6),
         (garbage_ids, 2),
@@ -69,8 +66,6 @@ def soak(h: Harness, run: ScenarioRun) -> None:
         (skewed_worker, 1),
         (failpoint_server, 1),
     ]
-    if h.postgres.restartable:
-        faults.append((pg_restart, 1))
     with contextlib.ExitStack() as stack:
         disk = _tiny_disk(h, run, stack)
         if disk is not None:
@@ -78,8 +73,13 @@ def soak(h: Harness, run: ScenarioRun) -> None:
         actions, weights = zip(*faults, strict=True)
         rng = random.Random(run.notes.setdefault("seed", random.randrange(1 << 32)))
         run.notes["stale_calls_accepted"] = []
+        began = time.monotonic()
+        milestones = sorted(engine_milestones(h), key=lambda m: m[0])
         while time.monotonic() < deadline:
-            action = rng.choices(actions, weights)[0]
+            if milestones and time.monotonic() - began >= milestones[0][0] * (deadline - began):
+                action = milestones.pop(0)[1]  # a fault the run must include, whatever the draw
+            else:
+                action = rng.choices(actions, weights)[0]
             try:
                 action(h, run)
             except Exception as exc:  # one fault that could not be injected is noted, not the end of the soak
@@ -87,6 +87,28 @@ def soak(h: Harness, run: ScenarioRun) -> None:
             time.sleep(PACE_SECONDS)
         for timer in run.notes.pop("timers", []):
             timer.join()
+
+
+def engine_faults(h: Harness) -> list[tuple[Callable[[Harness, ScenarioRun], None], int]]:
+    """The faults of the engines under the stack: one Redis server, or the multi-node topology's."""
+    if h.multinode:  # a Redis Cluster or Sentinel, and PgBouncer (faults.multinode)
+        return [(redis_failover, 2), (redis_flushall, 1), (redis_pause, 1), (pgbouncer_restart, 2)]
+    faults: list[tuple[Callable[[Harness, ScenarioRun], None], int]] = [
+        (redis_flushall, 3),
+        (redis_pause, 3),
+        (redis_down, 1),
+        (redis_out_of_memory, 2),
+    ]
+    if h.postgres.restartable:
+        faults.append((pg_restart, 1))
+    return faults
+
+
+def engine_milestones(h: Harness) -> list[tuple[float, Callable[[Harness, ScenarioRun], None]]]:
+    """Faults a soak of this topology includes for certain, at these fractions of its length."""
+    if h.multinode:  # the Redis primary fails over twice, PgBouncer restarts once, between the draws
+        return [(0.3, redis_failover), (0.55, pgbouncer_restart), (0.8, redis_failover)]
+    return []
 
 
 def verify_soak(h: Harness, run: ScenarioRun, result: CheckResult) -> list[str]:
@@ -113,8 +135,8 @@ def plain_apis(h: Harness) -> list[Proc]:
 
 
 def start_worker(h: Harness, **options: Any) -> Proc:
-    """A worker on a plain API server: one with failpoints is stopped a few seconds later."""
-    return h.stack.start_worker(api_url=random.choice(plain_apis(h)).url, **options)
+    """A worker on a plain API server (one with failpoints is stopped a few seconds later), or on the load balancer."""
+    return h.stack.start_worker(api_url=h.worker_api_url() or random.choice(plain_apis(h)).url, **options)
 
 
 # -- processes -----------------------------------------------------------------------------
@@ -207,6 +229,12 @@ def redis_down(h: Harness, run: ScenarioRun) -> None:
     run.fault("Redis started again (empty)")
 
 
+def redis_failover(h: Harness, run: ScenarioRun) -> None:
+    run.fault("kill -9 a Redis primary (its replica is promoted)")
+    killed, promoted = h.redis.fail_over()  # type: ignore[attr-defined]  # the multi-node topology's Redis
+    run.fault(f"Redis primary now on port {promoted}; the killed one ({killed}) rejoined as its replica")
+
+
 def redis_out_of_memory(h: Harness, run: ScenarioRun) -> None:
     with resources.redis_full(h):
         run.fault("Redis out of memory (noeviction)")
@@ -219,6 +247,11 @@ def redis_out_of_memory(h: Harness, run: ScenarioRun) -> None:
 def pg_terminate(h: Harness, run: ScenarioRun) -> None:
     killed = terminate_backends(h.database_url)
     run.fault(f"pg_terminate_backend of {killed} connections")
+
+
+def pgbouncer_restart(h: Harness, run: ScenarioRun) -> None:
+    h.pgbouncer.restart()  # type: ignore[attr-defined]  # the multi-node topology's
+    run.fault("kill -9 PgBouncer and start it again")
 
 
 def pg_restart(h: Harness, run: ScenarioRun) -> None:

@@ -92,6 +92,8 @@ class Stack:
     database_url: str
     redis_url: str
     secret_key: str
+    # Settings every process gets on top of the harness's own (e.g. TASKFORGE_DB_PGBOUNCER).
+    settings_env: dict[str, str] = field(default_factory=dict)
     procs: list[Proc] = field(default_factory=list)
     _numbers: itertools.count = field(default_factory=itertools.count)
     admin_key: str = ""
@@ -117,6 +119,7 @@ class Stack:
             "TASKFORGE_DB_POOL_SIZE": "4",
             "PYTHONUNBUFFERED": "1",
             **TIMINGS,
+            **self.settings_env,
         }
 
     def manage(self, *args: str, timeout: float = 120) -> str:

@@ -139,6 +139,8 @@ _db["OPTIONS"] = _db_options
 # Postgres restart or pg_terminate_backend a process would otherwise hand out its
 # dead pooled connections one failed request (or loop tick) at a time. Measured by
 # make test-faults. This backend's pool also sweeps itself once it finds a dead one.
+# (A zero-timeout poll of the idle socket instead was tried: it misses a backend
+# terminated a moment before the checkout, which the empty query still catches.)
 _db["CONN_HEALTH_CHECKS"] = True
 _db["ENGINE"] = "taskforge.infra.postgres"
 DATABASES = {"default": _db}
@@ -147,8 +149,9 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 # --- Redis --------------------------------------------------------------------
 
 REDIS_URL = _redis_url or embedded.redis_url(TASKFORGE_HOME)
-# redis+sentinel://... (docs/deployment.md): a malformed one stops the process here, not at first use.
-redis_infra.sentinel_target(REDIS_URL)
+# redis+sentinel://... or redis+cluster://... (docs/deployment.md): a malformed one stops the process here,
+# not at first use.
+redis_infra.check_url(REDIS_URL)
 
 # Django's cache, on the same Redis (django-redis).
 CACHES = {
@@ -159,8 +162,10 @@ CACHES = {
         # Apart from the dispatch tier's own tf:* keys, so a look at Redis tells them apart.
         "KEY_PREFIX": "tf:cache",
         "OPTIONS": {
-            # Understands redis+sentinel:// as well, so the cache follows a failover too.
-            "CONNECTION_FACTORY": "taskforge.infra.redis.CacheConnectionFactory",
+            # Understands redis+sentinel:// and redis+cluster:// as well, so the cache follows a failover too.
+            "CONNECTION_FACTORY": "taskforge.infra.cache.CacheConnectionFactory",
+            # django-redis' client, except that on a Cluster multi-key reads go slot by slot.
+            "CLIENT_CLASS": "taskforge.infra.cache.CacheClient",
             "SOCKET_CONNECT_TIMEOUT": 2,
             "SOCKET_TIMEOUT": 2,
             # A cache miss instead of a 500 while Redis is down: sessions (cached_db)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
@@ -56,25 +57,34 @@ def isolated_redis(request: pytest.FixtureRequest) -> None:
 @pytest.fixture
 def redis_db(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     base = int(os.environ.get("TASKFORGE_TEST_REDIS_DB_BASE", "1"))
-    url = redis_url_for_db(settings.REDIS_URL, base + _worker_number())
+    with redis_at(redis_url_for_db(settings.REDIS_URL, base + _worker_number()), monkeypatch):
+        yield
+
+
+@contextmanager
+def redis_at(url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Point every Redis user of this process at ``url``, flushed before and after."""
     monkeypatch.setattr(settings, "REDIS_URL", url)
     monkeypatch.setattr(taskforge.infra.redis, "_client", None)
     # Django's cache (sessions) moves to the same database: override_settings
-    # also drops the cache connections opened on the old location.
-    cache_location = override_settings(CACHES={"default": {**settings.CACHES["default"], "LOCATION": url}})
+    # also drops the cache connections opened on the old location. A list: a
+    # Sentinel or Cluster URL holds commas, on which django-redis would split a string.
+    cache_location = override_settings(CACHES={"default": {**settings.CACHES["default"], "LOCATION": [url]}})
     cache_location.enable()
     client = taskforge.infra.redis.redis_client()
     counters.forget_pending()  # deferred increments of the last test belong to its flushed database
-    client.flushdb()
+    client.flushdb()  # on a Cluster: every primary
     rowcache.clear_all()  # copies tagged with the old generation would outlive the flush
     registry.forget_writes()
-    yield
-    counters.forget_pending()
-    client.flushdb()
-    rowcache.clear_all()
-    registry.forget_writes()
-    cache_location.disable()
-    taskforge.infra.redis._client = None
+    try:
+        yield
+    finally:
+        counters.forget_pending()
+        client.flushdb()
+        rowcache.clear_all()
+        registry.forget_writes()
+        cache_location.disable()
+        taskforge.infra.redis._client = None
 
 
 @pytest.fixture

@@ -17,8 +17,14 @@ waiting claim holds no thread, no database connection and no Redis
 connection of its own. A bell for n tasks wakes only as many waiters as
 can take n tasks (by their ``max_tasks``), not the whole herd.
 
-A lost bell (Redis down, a flush, a race) costs latency, never a task:
-waiters re-check on a timer, shorter while the hub is disconnected.
+On a Redis Cluster the bells use sharded pub/sub (``SPUBLISH``/``SSUBSCRIBE``,
+Redis 7+): a classic ``PUBLISH`` there is copied to every node of the cluster,
+a sharded one only within the shard that serves the channel's slot. Every
+channel carries the same hash tag, so all of them live on one shard and a
+process still listens through one connection (to that shard's primary).
+
+A lost bell (Redis down, a flush, a race, a failover) costs latency, never a
+task: waiters re-check on a timer, shorter while the hub is disconnected.
 """
 
 from __future__ import annotations
@@ -33,8 +39,17 @@ from dataclasses import dataclass, field
 
 import redis
 import redis.asyncio as aioredis
+from django.conf import settings
 
-from taskforge.infra.redis import async_redis_client, redis_client
+from taskforge.infra.redis import (
+    Client,
+    Pipeline,
+    async_pubsub_client,
+    cluster_target,
+    database_number,
+    is_cluster,
+    redis_client,
+)
 
 logger = logging.getLogger("taskforge.wakeup")
 
@@ -51,33 +66,46 @@ def channel() -> str:
 
     Pub/sub ignores Redis database numbers, so the channel carries the
     database: deployments (or test runs) sharing one Redis server on different
-    databases never ring each other's bells.
+    databases never ring each other's bells. The database is the channel's hash
+    tag, which every task channel shares: on a Cluster they all live in one slot.
     """
-    return f"{CHANNEL_PREFIX}{redis_client().connection_pool.connection_kwargs.get('db', 0)}"
+    return f"{CHANNEL_PREFIX}{{{database_number(settings.REDIS_URL)}}}"
 
 
 def settled_channel(task_id: str) -> str:
-    """The channel rung when the task is settled (same database scoping as :func:`channel`)."""
-    return f"{SETTLED_PREFIX}{redis_client().connection_pool.connection_kwargs.get('db', 0)}:{task_id}"
+    """The channel rung when the task is settled (same database scoping and hash tag as :func:`channel`)."""
+    return f"{SETTLED_PREFIX}{{{database_number(settings.REDIS_URL)}}}:{task_id}"
 
 
-def ring_settled(task_ids: list[str], pipe: redis.client.Pipeline) -> None:
+def _publish(target: Client | Pipeline, name: str, message: bytes) -> None:
+    # A ClusterPipeline is a RedisCluster too: either way, sharded on a Cluster.
+    if is_cluster(target):
+        target.spublish(name, message)
+    else:
+        target.publish(name, message)
+
+
+def ring_settled(task_ids: list[str], pipe: Pipeline) -> None:
     """Queue on ``pipe`` one bell per settled task, for requests waiting on its result."""
     for task_id in task_ids:
-        pipe.publish(settled_channel(task_id), b"")
+        _publish(pipe, settled_channel(task_id), b"")
 
 
-def ring(queue_name: str, count: int = 0, *, pipe: redis.client.Pipeline | None = None) -> None:
+def ring(queue_name: str, count: int = 0, *, pipe: Pipeline | None = None) -> None:
     """Tell every API process that ``count`` tasks (0: some) became claimable in the queue.
 
     With ``pipe``, the bell is only queued on it: it rings when the caller
-    executes the pipeline, after the commands queued before it.
+    executes the pipeline, after the commands queued before it. (On a Cluster
+    the pipeline's commands for other nodes travel on other connections, so a
+    bell may reach a waiter a moment before the lane write it follows; the
+    waiter then finds the task through Postgres.)
     """
+    message = f"{count} {queue_name}".encode()
     if pipe is not None:
-        pipe.publish(channel(), f"{count} {queue_name}".encode())
+        _publish(pipe, channel(), message)
         return
     try:
-        redis_client().publish(channel(), f"{count} {queue_name}".encode())
+        _publish(redis_client(), channel(), message)
     except redis.RedisError:
         logger.warning("redis unavailable: long-poll wakeup skipped", extra={"queue": queue_name})
 
@@ -88,6 +116,14 @@ def _parse(message: bytes) -> tuple[str, int]:
         return queue_name, int(count)
     except ValueError:
         return queue_name, 0
+
+
+async def _subscribe(pubsub: aioredis.client.PubSub, channels: list[str], *, sharded: bool, stop: bool = False) -> None:
+    """(Un)subscribe ``channels``: sharded pub/sub on a Cluster, classic pub/sub elsewhere."""
+    if sharded:
+        await (pubsub.sunsubscribe(*channels) if stop else pubsub.ssubscribe(*channels))
+    else:
+        await (pubsub.unsubscribe(*channels) if stop else pubsub.subscribe(*channels))
 
 
 @dataclass(eq=False)
@@ -110,6 +146,8 @@ class Hub:
         self._task: asyncio.Task[None] | None = None
         # The live subscription (while connected): task channels are added and dropped on it.
         self._pubsub: aioredis.client.PubSub | None = None
+        # Whether it is sharded pub/sub (on a Cluster).
+        self._sharded = False
 
     @property
     def recheck_seconds(self) -> float:
@@ -150,10 +188,7 @@ class Hub:
         if pubsub is None or not channels:
             return
         try:
-            if stop:
-                await pubsub.unsubscribe(*channels)
-            else:
-                await pubsub.subscribe(*channels)
+            await _subscribe(pubsub, channels, sharded=self._sharded, stop=stop)
         except (redis.RedisError, OSError):
             pass  # the listener notices the broken connection and resubscribes what is followed then
 
@@ -165,12 +200,18 @@ class Hub:
     async def _listen(self) -> None:
         backoff = 0.2
         while True:
-            client = async_redis_client(socket_connect_timeout=2, health_check_interval=15)
-            pubsub = client.pubsub(ignore_subscribe_messages=True)
+            claims = channel()
+            client: aioredis.Redis | None = None
+            # Subscribe confirmations are read too: a Cluster ends a sharded
+            # subscription when its slot moves, and says so only that way.
+            pubsub: aioredis.client.PubSub | None = None
             try:
+                sharded = cluster_target(settings.REDIS_URL) is not None
+                client = await async_pubsub_client(claims, socket_connect_timeout=2, health_check_interval=15)
+                pubsub = client.pubsub()
                 followed = self._followed()
-                await pubsub.subscribe(channel(), *followed)
-                self._pubsub = pubsub
+                await _subscribe(pubsub, [claims, *followed], sharded=sharded)
+                self._pubsub, self._sharded = pubsub, sharded
                 self.connected = True
                 self._settled.set()
                 backoff = 0.2
@@ -178,15 +219,19 @@ class Hub:
                 await self._follow(sorted(self._followed() - followed))
                 # Bells may have rung while we were not listening.
                 self._wake_all()
-                claims = channel().encode()
+                claims_bytes = claims.encode()
                 while True:
                     message = await pubsub.get_message(timeout=30.0)
-                    if message is None or message.get("type") != "message":
+                    if message is None:
                         continue
-                    if message["channel"] == claims:
-                        self._wake(*_parse(message["data"]))
-                    else:
-                        self._wake_task(message["channel"].decode().rpartition(":")[2])
+                    kind = message.get("type")
+                    if kind in ("message", "smessage"):
+                        if message["channel"] == claims_bytes:
+                            self._wake(*_parse(message["data"]))
+                        else:
+                            self._wake_task(message["channel"].decode().rpartition(":")[2])
+                    elif kind in ("unsubscribe", "sunsubscribe") and message["channel"] == claims_bytes:
+                        raise redis.ConnectionError("the doorbell channel's slot moved to another node")
             except (redis.RedisError, OSError) as exc:
                 if self.connected:
                     logger.warning("doorbell subscription lost: %s", exc, extra={"event": "wakeup.disconnected"})
@@ -195,10 +240,12 @@ class Hub:
                 self._settled.set()
                 self._wake_all()  # let waiters fall back to polling Postgres
             finally:
-                with contextlib.suppress(Exception):
-                    await pubsub.aclose()  # type: ignore[no-untyped-call]
-                with contextlib.suppress(Exception):
-                    await client.aclose()
+                if pubsub is not None:
+                    with contextlib.suppress(Exception):
+                        await pubsub.aclose()  # type: ignore[no-untyped-call]
+                if client is not None:
+                    with contextlib.suppress(Exception):
+                        await client.aclose()
             await asyncio.sleep(backoff)
             backoff = min(backoff * 2, 5.0)
 

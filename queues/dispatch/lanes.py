@@ -29,7 +29,7 @@ from datetime import UTC, datetime
 import redis
 from django.conf import settings
 
-from taskforge.infra.redis import redis_client
+from taskforge.infra.redis import Pipeline, redis_client
 
 #: Most ids kept per lane: a buffer for the next claims, not a copy of the table.
 LANE_CAPACITY = 500
@@ -83,7 +83,7 @@ def parse_ids(members: Iterable[bytes | str]) -> list[uuid.UUID]:
 # --- writing the lanes ----------------------------------------------------------------
 
 
-def add_ready(pipe: redis.client.Pipeline, queue_name: str, entries: dict[str, int]) -> None:
+def add_ready(pipe: Pipeline, queue_name: str, entries: dict[str, int]) -> None:
     """Queue ``ZADD`` + trim on ``pipe``: the lane keeps its best LANE_CAPACITY ids.
 
     The trim drops the worst-ranked ids (lowest priority, newest): they are
@@ -94,7 +94,7 @@ def add_ready(pipe: redis.client.Pipeline, queue_name: str, entries: dict[str, i
     pipe.zremrangebyrank(key, LANE_CAPACITY, -1)
 
 
-def add_scheduled(pipe: redis.client.Pipeline, queue_name: str, entries: dict[str, int]) -> None:
+def add_scheduled(pipe: Pipeline, queue_name: str, entries: dict[str, int]) -> None:
     """Queue the not-yet-due ``{"<lane score>|<id>": due_ms}`` entries on ``pipe``."""
     pipe.zadd(scheduled_key(queue_name), entries)
     pipe.sadd(SCHEDULED_QUEUES_KEY, queue_name)
@@ -226,6 +226,8 @@ def forget(queue_name: str) -> None:
     """The queue is gone: drop its keys."""
     client = redis_client()
     pipe = client.pipeline(transaction=False)
-    pipe.delete(ready_key(queue_name), scheduled_key(queue_name))
+    # One DEL per key: a Cluster pipeline refuses a multi-key DEL (even within one slot).
+    pipe.delete(ready_key(queue_name))
+    pipe.delete(scheduled_key(queue_name))
     pipe.srem(SCHEDULED_QUEUES_KEY, queue_name)
     pipe.execute()

@@ -15,6 +15,8 @@ import psycopg
 from django.db import connection, transaction
 from psycopg.pq import Format
 
+from taskforge.infra.postgres.arrays import literal_arrays
+
 #: A task (or other) row: column name -> value.
 Row = dict[str, Any]
 
@@ -33,7 +35,13 @@ _FAST_TIMESTAMPTZ = psycopg.adapters.get_loader(_TIMESTAMPTZ_OID, Format.TEXT)
 
 
 def fetch_rows(sql: str, params: Mapping[str, Any] | Sequence[Any]) -> list[Row]:
-    """Run one statement on Django's connection; its rows as dicts (none for a plain DELETE)."""
+    """Run one statement on Django's connection; its rows as dicts (none for a plain DELETE).
+
+    Lists among named ``params`` go as array literals (``taskforge.infra.postgres.arrays``):
+    the statement casts each one (``%(ids)s::uuid[]``) or compares with it (``= ANY``).
+    """
+    if isinstance(params, Mapping):
+        params = literal_arrays(dict(params))
     with connection.cursor() as cursor:
         if connection.timezone_name == "UTC":  # what settings.TIME_ZONE pins
             cursor.cursor.adapters.register_loader(_TIMESTAMPTZ_OID, _FAST_TIMESTAMPTZ)

@@ -33,7 +33,7 @@ import orjson
 import redis
 from django.db import connection, transaction
 
-from taskforge.infra.redis import redis_client
+from taskforge.infra.redis import Client, redis_client
 from taskforge.infra.singleflight import SingleFlight
 
 logger = logging.getLogger("taskforge.metrics")
@@ -91,9 +91,10 @@ class QueueDepth:
 
 def finished_counts() -> dict[str, dict[str, int]]:
     """queue id -> {"done": n, "cancelled": m}, from the shared cache when fresh."""
-    client: redis.Redis | None = redis_client()
+    client: Client | None = None
     try:
-        cached = client.get(FINISHED_CACHE_KEY)  # type: ignore[union-attr]
+        client = redis_client()
+        cached = client.get(FINISHED_CACHE_KEY)
         if cached is not None:
             return orjson.loads(cached)
     except redis.RedisError:

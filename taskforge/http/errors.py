@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+import psycopg
 from django import db
 from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, JsonResponse
@@ -78,8 +79,35 @@ def _validation_message(fields: dict[str, list[str]]) -> str:
     return f"{name}: {messages[0]}"
 
 
+def connection_lost(exc: Exception) -> Exception:
+    """``exc`` as the unavailable database it was, when the connection it came from cannot go on.
+
+    A server that goes away mid-call is not always reported as a lost
+    connection. Through PgBouncer, a server connection terminated under a
+    client makes the client's next ``BEGIN`` come back with an error as well as
+    its own answer, which psycopg reports as an ``InternalError`` of its own
+    ("received 2 results"): no SQLSTATE, because no server said it. Such a
+    connection is out of step with its server and is closed here, so the pool
+    throws it away; and the call, which did not run, may be repeated: a 503,
+    not a 500. So is any error that left the connection broken. Call it on
+    the thread that ran the statement (the connection is per thread).
+    """
+    if not isinstance(exc, db.DatabaseError) or isinstance(exc, (db.OperationalError, db.InterfaceError)):
+        return exc
+    raw = db.connection.connection
+    cause = exc.__cause__
+    out_of_step = isinstance(exc, db.InternalError) and isinstance(cause, psycopg.Error) and cause.sqlstate is None
+    if out_of_step and raw is not None:
+        raw.close()
+    elif raw is None or not (raw.closed or raw.broken):
+        return exc
+    lost = db.OperationalError(f"the database connection broke: {exc}")
+    lost.__cause__ = exc
+    return lost
+
+
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response:
-    status, body, headers = error_answer(exc)
+    status, body, headers = error_answer(connection_lost(exc))
     return Response(body, status=status, headers=headers)
 
 

@@ -45,7 +45,7 @@ from django.middleware.security import SecurityMiddleware
 from django.urls import get_resolver
 
 from taskforge.http.bodycap import BodyCapMiddleware
-from taskforge.http.errors import error_answer
+from taskforge.http.errors import connection_lost, error_answer
 from taskforge.http.middleware import (
     caller_of,
     caller_var,
@@ -303,5 +303,10 @@ def _as_a_request[T](work: Callable[[], T]) -> T:
     try:
         with rowcache.request_scope():
             return work()
+    except Exception as exc:
+        lost = connection_lost(exc)  # here, on the thread whose connection it was
+        if lost is exc:
+            raise
+        raise lost from exc
     finally:
         signals.request_finished.send(sender=LeanEdge)

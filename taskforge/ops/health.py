@@ -4,11 +4,13 @@
 from __future__ import annotations
 
 import hmac
+from typing import Any
 
 from django.conf import settings
 from django.db import connection
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views import View
+from redis.cluster import RedisCluster
 
 from taskforge.http.errors import error_body
 from taskforge.infra.redis import redis_client
@@ -31,11 +33,21 @@ def check_postgres() -> str | None:
 def check_redis() -> str | None:
     try:
         client = redis_client()
-        client.ping()
-        policy = client.config_get("maxmemory-policy").get("maxmemory-policy", "noeviction")
-        if policy != "noeviction":
-            # An evicting Redis can silently drop dispatch state; refuse to call it ready.
-            return f"redis: maxmemory-policy is {policy}, must be noeviction"
+        if isinstance(client, RedisCluster):
+            # Each primary serves its share of the slots: every one must answer, and none may evict.
+            client.ping(target_nodes=RedisCluster.PRIMARIES)
+            replies: Any = client.config_get("maxmemory-policy", target_nodes=RedisCluster.PRIMARIES)
+            # {node: {setting: value}} (typed as one node's reply), except that redis-py unwraps the reply of a
+            # lone primary.
+            per_node = [replies] if "maxmemory-policy" in replies else list(replies.values())
+            policies = [reply.get("maxmemory-policy", "noeviction") for reply in per_node]
+        else:
+            client.ping()
+            policies = [client.config_get("maxmemory-policy").get("maxmemory-policy", "noeviction")]
+        for policy in policies:
+            if policy != "noeviction":
+                # An evicting Redis can silently drop dispatch state; refuse to call it ready.
+                return f"redis: maxmemory-policy is {policy}, must be noeviction"
         return None
     except Exception as exc:
         return f"redis: {type(exc).__name__}"

@@ -72,7 +72,7 @@ def test_primary_killed_mid_run_loses_nothing(live_stack, sentinel_cluster):
     try:
         time.sleep(2)
         before = len(accepted)
-        sentinel_cluster.kill_primary_and_await_promotion()
+        _, promoted_port = sentinel_cluster.fail_over()
         time.sleep(2)  # keep producing against the promoted primary
         producing.clear()
         threads[0].join(30)
@@ -99,7 +99,7 @@ def test_primary_killed_mid_run_loses_nothing(live_stack, sentinel_cluster):
         assert client.get("/readyz").status_code == 200
         created = client.post("/queues/after/tasks", json={"payload": {}})
         assert created.status_code == 201, created.text
-        promoted = sentinel_cluster.node(sentinel_cluster.replica_port)
+        promoted = sentinel_cluster.node(promoted_port)
         deadline = time.monotonic() + 10
         while promoted.zscore(lanes.ready_key("after"), created.json()["id"]) is None:
             assert time.monotonic() < deadline, "the new primary never got the task's lane entry"
@@ -111,6 +111,6 @@ def test_primary_killed_mid_run_loses_nothing(live_stack, sentinel_cluster):
         # Long polls listen for doorbells on the promoted primary again (the subscription followed too).
         client.post("/workers/claim", json={"worker_id": "w", "queue": "after", "wait_seconds": 1})
         deadline = time.monotonic() + 15
-        while promoted.pubsub_numsub(f"{doorbell.CHANNEL_PREFIX}0")[0][1] == 0:
+        while promoted.pubsub_numsub(f"{doorbell.CHANNEL_PREFIX}{{0}}")[0][1] == 0:
             assert time.monotonic() < deadline, "no API process subscribed to the doorbell on the new primary"
             time.sleep(0.2)

@@ -16,7 +16,7 @@ pytestmark = [pytest.mark.django_db(transaction=True)]
 def test_enqueue_claim_ack_go_through_the_primary_the_sentinels_name(
     sentinel_cluster, sentinel_redis_url, producer, worker, queue
 ):
-    primary = sentinel_cluster.node(sentinel_cluster.primary_port)
+    primary = sentinel_cluster.client()
 
     task = enqueue(producer, "email_jobs")
 
@@ -36,7 +36,7 @@ def test_enqueue_claim_ack_go_through_the_primary_the_sentinels_name(
 
 
 def test_django_cache_and_the_client_share_the_sentinel_url(sentinel_cluster, sentinel_redis_url):
-    primary = sentinel_cluster.node(sentinel_cluster.primary_port)
+    primary = sentinel_cluster.client()
 
     cache.set("probe", "here", 60)
 

@@ -5,13 +5,14 @@ from __future__ import annotations
 import threading
 
 import httpx
+import psycopg
 import pytest
 from django import db
 from django.conf import settings
-from django.db import connection
+from django.db import connection, connections
 
 from queues.apikeys import create_key
-from taskforge.http.errors import exception_handler
+from taskforge.http.errors import connection_lost, exception_handler
 
 
 @pytest.mark.parametrize("error", [db.OperationalError, db.InterfaceError])
@@ -91,3 +92,53 @@ def test_api_process_survives_pg_terminate_backend_of_its_pooled_connections(liv
         assert killed >= 1
         statuses = [http.get("/queues").status_code for _ in range(5)]
     assert statuses == [200] * 5
+
+
+@pytest.mark.django_db(transaction=True)
+def test_any_database_error_that_broke_the_connection_is_a_503():
+    """Through PgBouncer a backend killed as a transaction begins surfaces as psycopg's
+    InternalError ("received 2 results"); the call may be repeated, so it is a 503."""
+    odd = db.InternalError("received 2 results from command 'BEGIN'")
+    connection.ensure_connection()
+    assert connection_lost(odd) is odd  # a healthy connection: a real bug, a 500
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        (own_pid,) = cursor.fetchone()
+    other = connections.create_connection("default")  # a second connection of its own
+    try:
+        with other.cursor() as cursor:
+            cursor.execute("SELECT pg_terminate_backend(%s)", [own_pid])
+    finally:
+        other.close()
+    with pytest.raises(db.OperationalError), connection.cursor() as cursor:
+        cursor.execute("SELECT 1")  # the terminated backend breaks the connection
+    lost = connection_lost(odd)
+    assert isinstance(lost, db.OperationalError) and lost.__cause__ is odd
+    assert exception_handler(lost, {}).status_code == 503
+    connection.close()
+
+
+def _raised_from(cause: Exception) -> db.InternalError:
+    error = db.InternalError(str(cause))
+    error.__cause__ = cause
+    return error
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_protocol_error_of_the_driver_is_a_503_and_the_connection_is_dropped():
+    """psycopg's own InternalError (no SQLSTATE: no server said it) means the connection is out of step."""
+    connection.ensure_connection()
+    raw = connection.connection
+    lost = connection_lost(_raised_from(psycopg.errors.InternalError("received 2 results from command 'BEGIN'")))
+    assert isinstance(lost, db.OperationalError)
+    assert raw.closed  # not handed out again
+    connection.close()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_internal_error_the_server_reported_stays_a_500():
+    connection.ensure_connection()
+    server_said = _raised_from(psycopg.errors.lookup("XX000")("could not read block"))
+    assert connection_lost(server_said) is server_said
+    assert exception_handler(server_said, {}).status_code == 500
+    assert not connection.connection.closed

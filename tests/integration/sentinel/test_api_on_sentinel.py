@@ -1,0 +1,33 @@
+# ruff: noqa: F403  (the imported tests and fixtures are what pytest collects here)
+"""The acceptance tests of the task protocol, run unchanged through Redis Sentinel.
+
+Every Redis user of this process, and of any server a test starts, finds the
+primary by asking the three sentinels (``REDIS_URL=redis+sentinel://...``):
+the lanes, token buckets, doorbell, counters, caches and Django's cache all
+go through the Sentinel-aware clients.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from faults.engines import SentinelRedis
+from tests.conftest import redis_at
+from tests.integration.acceptance import *
+
+pytestmark = [pytest.mark.django_db, pytest.mark.xdist_group("sentinel")]
+
+
+@pytest.fixture
+def redis_db(shared_sentinels: SentinelRedis, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    with redis_at(shared_sentinels.url(0), monkeypatch):
+        yield
+
+
+def test_this_process_talks_to_the_primary_the_sentinels_name(shared_sentinels):
+    from taskforge.infra.redis import redis_client
+
+    redis_client().set("tf:probe", "through-sentinel")
+    assert shared_sentinels.client().get("tf:probe") == b"through-sentinel"
