@@ -28,10 +28,10 @@ WITH_SERVICES := $(if $(and $(DATABASE_URL),$(REDIS_URL)),,$(PY) -m taskforge.de
 LOCK := $(VENV)/bin/uv pip compile --quiet --generate-hashes --universal --python-version 3.12 \
 	--custom-compile-command "make lock" $(LOCK_ARGS)
 
-.PHONY: help venv run test test-unit test-browser lint typecheck format docs lock test-faults test-faults-multinode bench fuzz clean
+.PHONY: help venv run test test-unit test-browser lint typecheck format docs lock test-faults test-faults-multinode bench bench-partitions fuzz clean
 
 help: ## List the targets
-	@awk 'BEGIN { FS = ":[^#]*## " } /^[a-zA-Z_-]+:.*## / { printf "  %-12s %s\n", $$1, $$2 }' $(MAKEFILE_LIST)
+	@awk 'BEGIN { FS = ":[^#]*## " } /^[a-zA-Z_-]+:.*## / { printf "  %-16s %s\n", $$1, $$2 }' $(MAKEFILE_LIST)
 
 venv: $(STAMP) ## Create .venv from the locks (pip --require-hashes) and the client package
 
@@ -99,6 +99,12 @@ $(BENCH_STAMP): requirements-bench.txt
 
 bench: venv $(BENCH_STAMP) ## Benchmark against Celery (BENCH_QUICK=1: a short run)
 	$(WITH_SERVICES) $(BENCH_VENV)/bin/python -m bench
+
+# The history's partitions measured (not part of make test; about 15 minutes, some 5 GB of disk
+# in a database of its own, dropped at the end): the online conversion of 1M events, retention
+# dropping a day of 10M, and whether tf_task would gain from partitioning. See docs/operations.md.
+bench-partitions: venv ## Measure the history partitions: conversion lock, retention lock, tf_task (about 15 minutes)
+	$(TEST_ENV) $(WITH_SERVICES) $(PY) -m bench.partitions $(BENCH_PARTITIONS_ARGS)
 
 # Fault injection, not part of make test (about 10 minutes, loopback only): kills, pauses,
 # Redis and Postgres outages, skewed clocks (needs Debian's faketime), failpoints; every

@@ -257,15 +257,21 @@ class QueueSample(models.Model):
 
 
 class TaskEvent(models.Model):
-    """One status transition (kind ``transition``) or heartbeat of a task."""
+    """One status transition (kind ``transition``) or heartbeat of a task.
+
+    ``tf_task_event`` is partitioned by day on ``at`` (migration 0010,
+    ``queues.partitions``): retention drops whole days. Its primary key is
+    therefore ``(id, at)``; the ORM keeps ``id`` alone, which stays unique
+    because every id comes from the one sequence of the partitioned table.
+    """
 
     class Kind(models.TextChoices):
         TRANSITION = "transition"
         HEARTBEAT = "heartbeat"
 
     id = models.BigAutoField(primary_key=True)
-    # No database FK: events are written in the same statement as the move and
-    # deleted explicitly with their task (pruning works in raw batches).
+    # No database FK: events are written in the same statement as the move, and they
+    # outlive a pruned task until their day's partition is dropped.
     task = models.ForeignKey(
         Task, on_delete=models.DO_NOTHING, db_constraint=False, related_name="events", db_index=False
     )

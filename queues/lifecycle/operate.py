@@ -2,7 +2,7 @@
 
 Promote due retries (scheduler), retry now (dashboard), cancel and purge
 (producers, operators), replay and discard dead tasks (DLQ), delete a queue,
-prune finished history (watchdog). Each move is one guarded statement; a
+prune finished tasks (watchdog; their history goes with its partitions). Each move is one guarded statement; a
 refused single-task move is explained by ``queues.lifecycle.reads``.
 """
 
@@ -212,7 +212,8 @@ def _refuse_if_blocked(queue: Queue) -> None:
 
 
 def prune_finished(limit: int = 1000) -> int:
-    """Delete one batch of done/cancelled tasks past the retention period."""
+    """Delete one batch of done/cancelled tasks past the retention period (their events stay for
+    their day's partition to take: ``queues.partitions``)."""
     with transaction.atomic():
         return len(fetch_rows(statements.PRUNE_FINISHED, {"days": settings.TASKFORGE_RETENTION_DAYS, "limit": limit}))
 

@@ -400,8 +400,10 @@ DELETE_QUEUE_EVENTS = "DELETE FROM tf_task_event WHERE queue_id = %(queue_id)s"
 DELETE_QUEUE_DEAD_LETTERS = "DELETE FROM tf_dead_letter WHERE queue_id = %(queue_id)s"
 DELETE_QUEUE_TASKS = "DELETE FROM tf_task WHERE queue_id = %(queue_id)s"
 
-# Delete one batch of done/cancelled tasks past the retention period (with
-# their history); SKIP LOCKED so a busy row waits for the next round.
+# Delete one batch of done/cancelled tasks past the retention period; SKIP LOCKED
+# so a busy row waits for the next round. Their history is not deleted row by row:
+# no event is later than its task's finish, so each goes with its day's partition
+# of tf_task_event, dropped whole within a day (queues.partitions).
 PRUNE_FINISHED = """
 WITH doomed AS (
     SELECT t.id FROM tf_task t
@@ -410,8 +412,6 @@ WITH doomed AS (
     FOR UPDATE SKIP LOCKED
 ), gone_letters AS (
     DELETE FROM tf_dead_letter WHERE id IN (SELECT id FROM doomed)
-), gone_events AS (
-    DELETE FROM tf_task_event WHERE task_id IN (SELECT id FROM doomed)
 )
 DELETE FROM tf_task WHERE id IN (SELECT id FROM doomed) RETURNING id
 """
