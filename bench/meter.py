@@ -160,7 +160,8 @@ class Reading:
         commands = self.redis_commands
         if commands is not None:
             quiet = idle.redis_commands or {}
-            commands = {name: max(0, round(calls - quiet.get(name, 0) * scale)) for name, calls in commands.items()}
+            moved = {name: round(calls - quiet.get(name, 0) * scale) for name, calls in commands.items()}
+            commands = dict(sorted(((n, c) for n, c in moved.items() if c > 0), key=lambda item: (-item[1], item[0])))
         return dataclasses.replace(self, cpu=cpu, redis_commands=commands)
 
     def redis_calls(self) -> int | None:
@@ -198,7 +199,7 @@ class Meter:
             [HARNESS_APPLICATION, list(POSTGRES_BACKGROUND)],
         ).fetchall()
         pids = {
-            "api": self.stack.api_worker_pids(),
+            "api": self.stack.api_worker_pids() if self.stack.api is not None else [],
             "postgres": [pid for pid, ours in rows if ours],
             "postgres background": [pid for pid, ours in rows if not ours],
             "load generator": [os.getpid()],
