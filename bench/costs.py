@@ -21,8 +21,8 @@ commands (on a Redis server of the harness's own: ``BENCH_DEDICATED_REDIS=1``).
    CPU per task and the cores the rest of the machine left during the
    saturated run, the model (``bench.capacity``) predicts the saturated run's
    rate.
-5. **single**: the single-call form, one enqueue, one claim (``max_tasks`` 1) and
-   one ack per task, each endpoint over ``calls_clients`` connections.
+5. **single**: the single-call form over ``calls_clients`` connections, each
+   enqueueing one task, claiming one (``max_tasks`` 1) and acking it, in turn.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ from bench import capacity
 from bench.context import Context
 from bench.meter import Meter, Reading
 from bench.procs import ROOT, Child
-from bench.single_calls import Exercise
+from bench.single_calls import split
 
 QUEUE = "bench_cap"
 WORKLOAD = "CAP"
@@ -358,16 +358,47 @@ def batch_stage(
     return {"costs": costs, "reading": reading, "rate": measured}
 
 
-def single_stage(ctx: Context, idle: Reading) -> None:
+async def _single_calls(ctx: Context, count: int, connections: int) -> int:
+    """Each connection in turn enqueues one task, claims one (``max_tasks`` 1) and acks it; the claims made."""
+    shares = [len(share) for share in split(list(range(count)), connections)]
+    claims = 0
+
+    async def client(n: int, tasks: int) -> None:
+        nonlocal claims
+        producer, worker = ctx.connection("producer"), ctx.connection("worker")
+        claim = {"worker_id": f"cap-single-{n}", "queue": QUEUE, "max_tasks": 1, "wait_seconds": 1}
+        try:
+            for _ in range(tasks):
+                await producer.json("POST", f"/queues/{QUEUE}/tasks", {"payload": {"n": n}}, expect=(201,))
+                got: list[dict[str, Any]] = []
+                while not got:  # another connection's claim may have taken the task just enqueued
+                    got = (await worker.json("POST", "/workers/claim", claim))["tasks"]
+                    claims += 1
+                lease = {"worker_id": claim["worker_id"], "task_id": got[0]["id"], "lease_token": got[0]["lease_token"]}
+                await worker.json("POST", "/workers/ack", lease)
+        finally:
+            producer.close()
+            worker.close()
+
+    await asyncio.gather(*(client(n, tasks) for n, tasks in enumerate(shares)))
+    return claims
+
+
+def single_stage(ctx: Context, queue_id: uuid.UUID, idle: Reading) -> None:
     """One enqueue, one claim of one task and one ack per task, under one meter."""
-    count = ctx.cfg.cap_single_tasks
+    count, connections = ctx.cfg.cap_single_tasks, ctx.cfg.calls_clients
     ctx.stack.reset_state()
-    exercise = Exercise(ctx, count)
     meter = Meter(ctx.stack).start()
-    exercise.enqueue()
-    exercise.claim()
-    exercise.ack()
-    record(ctx, "single", meter.stop(), count, idle)
+    claims = asyncio.run(_single_calls(ctx, count, connections))
+    reading = meter.stop()
+    with ctx.stack.connect() as pg:
+        (done,) = pg.execute(
+            "SELECT count(*) FROM tf_task WHERE queue_id = %s AND status = 'done'", [queue_id]
+        ).fetchone()
+    if done != count:
+        raise RuntimeError(f"CAP: {done} of {count} single-call tasks are done")
+    record(ctx, "single", reading, count, idle)
+    ctx.figures.add(WORKLOAD, "single: claims per task", claims / count)
 
 
 def check(ctx: Context, idle: Reading, paced: dict[str, Any], saturated: dict[str, Any]) -> None:
@@ -394,7 +425,7 @@ def cap(ctx: Context, run: int) -> None:
     saturated = batch_stage(ctx, queue_id, "saturated", idle)
     paced = batch_stage(ctx, queue_id, "batch", idle, rate=ctx.cfg.cap_pace * saturated["rate"])
     check(ctx, idle, paced, saturated)
-    single_stage(ctx, idle)
+    single_stage(ctx, queue_id, idle)
 
 
 def define(ctx: Context) -> None:
@@ -432,6 +463,7 @@ def define(ctx: Context) -> None:
             f.define(
                 WORKLOAD, _name(stage, "cores the rest of the machine took"), "cores", note="busy minus the stack's"
             )
+    f.define(WORKLOAD, "single: claims per task", "claims", note="a claim may find its task taken by another")
     f.define(WORKLOAD, "Redis bytes per lane entry", "bytes", note="MEMORY USAGE of the lane / its ids")
     f.define(WORKLOAD, "Redis lane entries (of the backlog)", "ids", note=f"{cfg.cap_tasks:,} tasks pending")
     f.define(WORKLOAD, "Redis bytes, all keys of the bench DB", "bytes", note="one queue with its backlog")
