@@ -136,6 +136,21 @@ def redis_footprint(ctx: Context, lane_floor: int) -> dict[str, int]:
     }
 
 
+def compacted_bytes(ctx: Context, passes: int = 3) -> int:
+    """The tables after ``VACUUM FULL``, repeated while it still shrinks them: row versions that a
+    running snapshot (an autovacuum ANALYZE, a loop's statement) could still see are kept by one pass."""
+    size = table_bytes(ctx)
+    with ctx.stack.connect() as pg:
+        for _ in range(passes):
+            pg.execute("VACUUM FULL tf_task, tf_task_event")
+            smaller = table_bytes(ctx)
+            if smaller >= size:
+                break
+            size = smaller
+            time.sleep(1.0)
+    return size
+
+
 def batch_sizes(ctx: Context, queue_id: uuid.UUID) -> tuple[float, float]:
     """Tasks per claim and per ack batch: events of one statement share its worker and now()."""
     with ctx.stack.connect() as pg:
@@ -280,9 +295,7 @@ def storage_stages(ctx: Context, queue_id: uuid.UUID, idle: Reading) -> None:
     _drain(ctx, queue_id, "cap-drain")
     ctx.check_exactly_once(WORKLOAD, ids)
     f.add(WORKLOAD, "Postgres bytes per done task", (table_bytes(ctx) - empty) / count)
-    with ctx.stack.connect() as pg:
-        pg.execute("VACUUM FULL tf_task, tf_task_event")
-    f.add(WORKLOAD, "Postgres bytes per done task, compacted", (table_bytes(ctx) - empty) / count)
+    f.add(WORKLOAD, "Postgres bytes per done task, compacted", (compacted_bytes(ctx) - empty) / count)
 
     # Prune: done tasks older than TASKFORGE_RETENTION_DAYS (7) deleted as the watchdog does it.
     record(ctx, "prune", _prune(ctx, queue_id), count, idle)
