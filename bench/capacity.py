@@ -207,6 +207,14 @@ def medians(run: dict[str, Any]) -> dict[str, float]:
     }
 
 
+def spread(run: dict[str, Any], name: str) -> tuple[float, float] | None:
+    """The lowest and highest value one CAP figure took over the run's repetitions."""
+    for f in run.get("figures", []):
+        if f.get("workload") == "CAP" and f.get("figure") == name and f.get("min") is not None:
+            return float(f["min"]), float(f["max"])
+    return None
+
+
 def unit_costs(figures: dict[str, float]) -> UnitCosts:
     def get(name: str) -> float:
         return figures[name]
@@ -353,6 +361,23 @@ def source(path: Path, run: dict[str, Any]) -> str:
     )
 
 
+def variation(run: dict[str, Any]) -> str:
+    """How far CPU per task moved between the run's repetitions, beside the machine's other load."""
+    cpu = spread(run, "check: CPU per task, every process (paced run)")
+    others = spread(run, "batch: cores the rest of the machine took")
+    if cpu is None or others is None:
+        return ""
+    return (
+        f"Over the {_repetitions(run)} runs, "
+        f"the batch stage's CPU per task, every process together, went from {cpu[0]:,.0f} to {cpu[1]:,.0f} µs "
+        f"while the rest of the machine took {others[0]:.1f} to {others[1]:.1f} of its cores."
+    )
+
+
+def _repetitions(run: dict[str, Any]) -> int:
+    return int(run.get("settings", {}).get("bench", {}).get("runs", 0))
+
+
 def costs_table(figures: dict[str, float]) -> list[str]:
     rows = [_row("Per task", *STAGE_COLUMNS), _row("---", *("---:" for _ in STAGE_COLUMNS))]
     for figure, label in PER_TASK_ROWS:
@@ -406,7 +431,6 @@ def steady_table(costs: UnitCosts, rate: float = STEADY_RATE) -> list[str]:
 
 def burst_table(costs: UnitCosts) -> list[str]:
     b = burst(costs)
-    single = cores_for(b.rate, costs.single_api)
     return [
         "| What | Needs |",
         "| --- | ---: |",
@@ -417,7 +441,6 @@ def burst_table(costs: UnitCosts) -> list[str]:
         _row("Postgres disk for the backlog", _size(b.backlog_bytes)),
         _row("Redis memory for the backlog (per queue, whatever its length)", _size(b.lane_bytes)),
         _row("time to work it off afterwards", _duration(b.drain_seconds)),
-        _row("API cores if it came as single enqueues (at most; the whole single-call task)", _cores(single)),
     ]
 
 
@@ -469,7 +492,7 @@ def render(path: Path, run: dict[str, Any]) -> dict[str, str]:
     costs = unit_costs(figures)
     header = "<!-- Written by `python -m bench.capacity` from the newest run with CAP; do not edit. -->"
     fragments = {
-        "costs.md": [source(path, run), "", *costs_table(figures)],
+        "costs.md": [source(path, run), "", *costs_table(figures), "", variation(run)],
         "steady.md": steady_table(costs),
         "burst.md": burst_table(costs),
         "primary.md": primary_table(costs),

@@ -148,6 +148,20 @@ def test_the_pages_name_their_source_and_show_the_predictions():
     assert "| measured / predicted | not measured |" in pages["check.md"]
 
 
+def test_the_spread_between_repetitions_is_written_under_the_costs():
+    run = _run(FIGURES)
+    assert capacity.variation(run) == ""  # no repetitions recorded: nothing to say
+    run["figures"] += [
+        {"workload": "CAP", "figure": "check: CPU per task, every process (paced run)", "min": 990.0, "max": 1281.0},
+        {"workload": "CAP", "figure": "batch: cores the rest of the machine took", "min": 0.9, "max": 1.52},
+    ]
+    assert capacity.spread(run, "batch: cores the rest of the machine took") == (0.9, 1.52)
+    assert capacity.variation(run) == (
+        "Over the 3 runs, the batch stage's CPU per task, every process together, went from 990 to 1,281 µs "
+        "while the rest of the machine took 0.9 to 1.5 of its cores."
+    )
+
+
 def test_sizes_read_in_decimal_units():
     assert capacity._size(950) == "950 B"
     assert capacity._size(12_300) == "12.3 kB"
