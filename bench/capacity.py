@@ -462,6 +462,26 @@ def primary_table(costs: UnitCosts) -> list[str]:
     return rows
 
 
+def runs_of(run: dict[str, Any], name: str) -> list[float]:
+    """Every repetition's value of one CAP figure, in the order they ran."""
+    for f in run.get("figures", []):
+        if f.get("workload") == "CAP" and f.get("figure") == name:
+            return [float(v) for v in f.get("runs") or [] if v is not None]
+    return []
+
+
+def per_run(run: dict[str, Any]) -> str:
+    """The check's ratio in each repetition, with how busy the machine was and what the rest of it took."""
+    rows = zip(
+        runs_of(run, "check: measured / predicted"),
+        runs_of(run, "saturated: busy cores, whole machine"),
+        runs_of(run, "saturated: cores the rest of the machine took"),
+        strict=False,
+    )
+    cells = [f"{ratio:.2f} ({busy:.2f} cores busy, {others:.2f} taken by the rest)" for ratio, busy, others in rows]
+    return f"Measured / predicted in each run: {'; '.join(cells)}." if cells else ""
+
+
 def check_table(figures: dict[str, float]) -> list[str]:
     def get(name: str, digits: int = 0) -> str:
         return _n(figures.get(name), digits)
@@ -496,7 +516,7 @@ def render(path: Path, run: dict[str, Any]) -> dict[str, str]:
         "steady.md": steady_table(costs),
         "burst.md": burst_table(costs),
         "primary.md": primary_table(costs),
-        "check.md": check_table(figures),
+        "check.md": [*check_table(figures), "", per_run(run)],
     }
     return {name: "\n".join([header, "", *lines]) + "\n" for name, lines in fragments.items()}
 

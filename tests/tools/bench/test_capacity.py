@@ -162,6 +162,20 @@ def test_the_spread_between_repetitions_is_written_under_the_costs():
     )
 
 
+def test_each_runs_check_is_listed_with_how_busy_the_machine_was():
+    run = _run({})
+    assert capacity.per_run(run) == ""
+    run["figures"] += [
+        {"workload": "CAP", "figure": "check: measured / predicted", "runs": [1.143, 0.878]},
+        {"workload": "CAP", "figure": "saturated: busy cores, whole machine", "runs": [1.945, 1.823]},
+        {"workload": "CAP", "figure": "saturated: cores the rest of the machine took", "runs": [0.672, 0.018]},
+    ]
+    assert capacity.per_run(run) == (
+        "Measured / predicted in each run: 1.14 (1.95 cores busy, 0.67 taken by the rest); "
+        "0.88 (1.82 cores busy, 0.02 taken by the rest)."
+    )
+
+
 def test_sizes_read_in_decimal_units():
     assert capacity._size(950) == "950 B"
     assert capacity._size(12_300) == "12.3 kB"
