@@ -22,6 +22,7 @@ from typing import Any
 
 from bench import (
     config,
+    costs,
     drain,
     enqueue,
     peers,
@@ -36,7 +37,7 @@ from bench import (
 from bench.context import Context, reference_worker_available
 from bench.procs import ROOT, Interrupted, Supervisor, raise_on_termination
 from bench.profile import Profiler
-from bench.stack import Stack
+from bench.stack import Stack, start_dedicated_redis
 
 RESULTS = ROOT / "bench" / "results"
 KEEP_LOG_DIRS = 3
@@ -59,6 +60,7 @@ def _plan() -> list[tuple[str, Workload]]:
         ("W5", timing.w5),
         ("W8", trickle.w8),
         ("CALLS", single_calls.calls),
+        ("CAP", costs.cap),
         ("W9", push.w9),
         ("W6", drain.w6),
         ("W7", ratelimit.w7),
@@ -93,9 +95,12 @@ def main() -> int:
     _prune_old_logs()
     supervisor = Supervisor(log_dir)
     python = os.environ.get("BENCH_TASKFORGE_PYTHON") or str(ROOT / ".venv" / "bin" / "python")
+    redis_server, redis_url = None, os.environ["REDIS_URL"]
+    if cfg.dedicated_redis:
+        redis_server, redis_url = start_dedicated_redis(supervisor)
     stack = Stack(
         server_database_url=os.environ["DATABASE_URL"],
-        server_redis_url=os.environ["REDIS_URL"],
+        server_redis_url=redis_url,
         database_name=cfg.database,
         redis_db=cfg.redis_db,
         web_concurrency=cfg.web_concurrency,
@@ -104,6 +109,7 @@ def main() -> int:
         supervisor=supervisor,
         serving=cfg.serving,
         gthread_threads=cfg.gthread_threads,
+        redis_server=redis_server,
     )
     ctx = Context(cfg=cfg, stack=stack, supervisor=supervisor, log_dir=log_dir)
     kind = os.environ.get("BENCH_WORKER") or ("reference" if reference_worker_available() else "harness")
@@ -144,7 +150,7 @@ def main() -> int:
         stack.reset_database()
         stack.start()
         document["settings"]["services"] = report.services(ctx)
-        modules = (single_producer, enqueue, drain, timing, ratelimit, trickle, single_calls, push)
+        modules = (single_producer, enqueue, drain, timing, ratelimit, trickle, single_calls, costs, push)
         for module in modules:
             module.define(ctx)
         ctx.extra["queue_ids"] = {}
@@ -175,7 +181,7 @@ def main() -> int:
                 print(f"!! {name} failed: {exc}", file=sys.stderr, flush=True)
                 traceback.print_exc()
                 for child in list(supervisor.children):
-                    if child not in (stack.api, *stack.loops):
+                    if child not in (stack.api, *stack.loops, stack.redis_server):
                         supervisor.stop(child, grace=5)
                 stack.check_alive()
         document["complete"] = True

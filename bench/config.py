@@ -4,7 +4,8 @@ Every knob can be overridden from the environment (``BENCH_<FIELD>``, e.g.
 ``BENCH_RUNS=1 BENCH_W3_TASKS=5000``), and ``BENCH_ONLY=W1,W3`` runs a subset: W0 (one
 sequential producer), W1, W2, W3, W3N (naive worker), W3D (reference worker at its
 defaults), W3K (the worker on an @app.task module), W3B, W4, W5, W8 (one producer while
-workers drain), CALLS (API CPU per single-task call), W6, W7.
+workers drain), CALLS (API CPU per single-task call), CAP (unit costs of the lifecycle and
+the capacity check), W6, W7.
 """
 
 from __future__ import annotations
@@ -71,6 +72,18 @@ class Config:
     # CALLS: API CPU per call of each single-task endpoint, over this many calls each
     calls_per_endpoint: int = 2_000
     calls_clients: int = 4
+    # CAP: what a task costs (CPU of every process, WAL, Redis commands, bytes) in the batch form
+    # (enqueue 100 per request, batched claims and acks) as fast as it goes, then paced at a
+    # fraction of that rate (the capacity check predicts the first from the second), and in the
+    # single-call form
+    cap_tasks: int = 10_000
+    cap_idle_seconds: float = 5.0  # what the stack spends with nothing to do, subtracted from each stage
+    cap_producers: int = 2  # connections enqueueing back to back in the saturated run
+    cap_pace: float = 0.5  # the paced run offers this share of the saturated run's rate
+    cap_single_tasks: int = 2_000
+    # A redis-server of the harness's own on a free port (needs redis-server on PATH): CAP counts
+    # Redis commands and Redis CPU only there, since on a shared server they include other clients'.
+    dedicated_redis: bool = False
     # Profiles of the API workers under W1/W2/W3 (py-spy)
     profile: bool = True
 
@@ -95,6 +108,9 @@ QUICK = {
     "w8_seconds": 3.0,
     "w9_tasks": 1_000,
     "calls_per_endpoint": 200,
+    "cap_tasks": 2_000,
+    "cap_idle_seconds": 3.0,
+    "cap_single_tasks": 300,
 }
 
 

@@ -8,12 +8,18 @@
    as ``make run`` and the Docker image do.
 3. ``reset_state`` empties the task tables and the bench Redis DB between
    workloads, so each one starts from the same clean slate.
+
+With ``BENCH_DEDICATED_REDIS=1`` the harness first starts a Redis server of its
+own on a free port (``start_dedicated_redis``) and points everything at it, so
+that its counters (``INFO commandstats``, its CPU time) count nobody else.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import cast
@@ -28,6 +34,9 @@ from taskforge.dev import launcher
 
 # Time for the API's first /readyz: migrations are done, but a loaded machine starts Django slowly.
 READY_TIMEOUT_SECONDS = 60.0
+# The harness's own Postgres connections say so, so that bench.meter leaves them out.
+HARNESS_APPLICATION = "bench-harness"
+REDIS_START_TIMEOUT_SECONDS = 10.0
 
 
 def cpu_seconds(pid: int) -> float:
@@ -71,6 +80,34 @@ def redis_url_for_db(url: str, db: int) -> str:
     return urlunsplit(parts._replace(path=f"/{db}"))
 
 
+def dedicated_redis_argv(port: int, directory: Path) -> list[str]:
+    """A throw-away Redis: loopback only, no persistence, and noeviction as TaskForge requires."""
+    return [
+        shutil.which("redis-server") or "redis-server",
+        "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+        "--maxmemory-policy", "noeviction", "--dir", str(directory),
+    ]  # fmt: skip
+
+
+def start_dedicated_redis(supervisor: Supervisor) -> tuple[Child, str]:
+    """Start ``redis-server`` on a free port under the supervisor; the child and its URL once it answers."""
+    if shutil.which("redis-server") is None:
+        raise RuntimeError("BENCH_DEDICATED_REDIS=1 needs redis-server on PATH")
+    port = launcher.free_port()
+    child = supervisor.spawn("redis-server", dedicated_redis_argv(port, supervisor.log_dir), {})
+    url = f"redis://127.0.0.1:{port}/0"
+    deadline = time.monotonic() + REDIS_START_TIMEOUT_SECONDS
+    while True:
+        try:
+            redis.Redis.from_url(url).ping()
+            return child, url
+        except redis.ConnectionError:
+            if not child.alive() or time.monotonic() > deadline:
+                supervisor.stop(child, grace=1)
+                raise RuntimeError(f"the dedicated redis-server did not start:\n{child.tail()}")
+            time.sleep(0.05)
+
+
 def celery_broker_url(url: str, db: int) -> str:
     """Kombu spells a unix-socket Redis differently from redis-py."""
     parts = urlsplit(url)
@@ -95,6 +132,8 @@ class Stack:
     api: Child | None = None
     loops: list[Child] = field(default_factory=list)
     keys: dict[str, str] = field(default_factory=dict)
+    # The Redis server the harness started for itself (BENCH_DEDICATED_REDIS=1), if any.
+    redis_server: Child | None = None
 
     @property
     def database_url(self) -> str:
@@ -121,7 +160,7 @@ class Stack:
         return env
 
     def connect(self) -> psycopg.Connection:
-        return psycopg.connect(self.database_url, autocommit=True)
+        return psycopg.connect(self.database_url, autocommit=True, application_name=HARNESS_APPLICATION)
 
     def redis(self) -> redis.Redis:
         return redis.Redis.from_url(self.redis_url)
@@ -194,7 +233,7 @@ class Stack:
         return sum(cpu_seconds(pid) for pid in self.api_worker_pids())
 
     def check_alive(self) -> None:
-        for child in [self.api, *self.loops]:
+        for child in [self.api, *self.loops, self.redis_server]:
             if child is not None and not child.alive():
                 raise RuntimeError(f"{child.name} exited:\n{child.tail()}")
 

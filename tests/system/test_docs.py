@@ -4,8 +4,10 @@
   fails) and loads nothing from another host.
 * The configuration reference lists exactly the variables
   ``taskforge/settings.py`` reads, with their defaults.
-* ``docs/openapi.yaml`` is what the code generates, and the performance page
-  is what ``bench/report_docs.py`` writes from the newest full run.
+* ``docs/openapi.yaml`` is what the code generates, the performance page is
+  what ``bench/report_docs.py`` writes from the newest full run, and the
+  capacity page's tables are what ``bench/capacity.py`` writes from the newest
+  run that measured CAP.
 * The quick start's shell blocks (after ``<!-- docs-test: quickstart -->``)
   push a task from enqueue to ack against a real API server; Python blocks
   after ``<!-- docs-test: live -->`` run against it too; every other Python
@@ -27,7 +29,7 @@ from pathlib import Path
 import pytest
 from django.core.management import call_command
 
-from bench import report_docs
+from bench import capacity, report_docs
 from queues.apikeys import create_key
 from tests.factories import QueueFactory
 from tests.live import LiveStack
@@ -149,6 +151,14 @@ def test_performance_page_is_generated_from_the_newest_full_run() -> None:
     assert report_docs.PAGE.read_text() == report_docs.render(path, run), (
         f"docs/performance/latest.md is not from {path.name}: run python -m bench.report_docs"
     )
+
+
+def test_capacity_tables_are_generated_from_the_newest_capacity_run() -> None:
+    path, run = capacity.newest_capacity_run()
+    for name, text in capacity.render(path, run).items():
+        assert (capacity.PAGES / name).read_text() == text, (
+            f"docs/capacity/{name} is not from {path.name}: run python -m bench.capacity"
+        )
 
 
 # --- the configuration reference ---------------------------------------------------------

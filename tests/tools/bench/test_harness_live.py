@@ -10,6 +10,7 @@ import sys
 import time
 from pathlib import Path
 
+import psycopg
 import pytest
 from django.conf import settings
 from django.db import connection
@@ -17,6 +18,7 @@ from django.utils import timezone
 
 from bench import config
 from bench.context import Context
+from bench.meter import Meter
 from bench.procs import Supervisor
 from bench.stack import Stack, descendants
 from queues.apikeys import create_key
@@ -73,6 +75,24 @@ def test_a_task_done_twice_fails_the_exactly_once_check(harness):
     )
     with pytest.raises(RuntimeError, match="exactly once"):
         harness.check_exactly_once("test", ids)
+
+
+def test_the_meter_counts_the_bench_databases_own_commits_and_wal(harness):
+    try:
+        with harness.stack.connect() as pg:
+            pg.execute("CREATE EXTENSION IF NOT EXISTS pg_walinspect")
+    except psycopg.Error as exc:
+        pytest.skip(f"no pg_walinspect on this server: {exc}")
+    QueueFactory(name="bench_meter")
+    meter = Meter(harness.stack).start()
+    harness.preload("bench_meter", 300, batch=100)
+    reading = meter.stop()
+    assert reading.database_wal is not None, reading.notes
+    # Three batch requests, each one transaction; the loops may commit a few of their own meanwhile.
+    assert reading.database_wal.commits >= 3
+    assert 300 * 100 < reading.database_wal.bytes <= reading.wal_bytes
+    assert "postgres" in reading.cpu and reading.seconds > 0
+    assert reading.redis_commands is None  # the test Redis is shared: its counters count others too
 
 
 def test_stop_all_ends_every_process_of_a_child_tree(tmp_path):
