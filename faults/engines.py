@@ -22,8 +22,6 @@ import shutil
 import socket
 import subprocess
 import tempfile
-import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,7 +31,7 @@ import redis
 from redis.cluster import RedisCluster
 
 from taskforge.dev.launcher import free_port
-from taskforge.dev.redis_cluster import LocalCluster
+from taskforge.dev.redis_cluster import LocalCluster, wait_for
 
 # Debian installs these under /usr/sbin, which is not on every user's PATH.
 PGBOUNCER = shutil.which("pgbouncer") or shutil.which("pgbouncer", path="/usr/sbin")
@@ -43,20 +41,6 @@ REDIS_SERVER = shutil.which("redis-server")
 SENTINEL_MASTER = "tfprimary"
 SENTINELS = 3
 QUORUM = 2
-
-
-def wait_for(what: str, check: Callable[[], bool], timeout: float = 30.0) -> None:
-    """Poll ``check`` until it is true; a Redis error counts as not yet."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            if check():
-                return
-        except (redis.RedisError, OSError):
-            pass
-        if time.monotonic() >= deadline:
-            raise TimeoutError(f"timed out waiting for {what}")
-        time.sleep(0.1)
 
 
 def _listening(port: int) -> bool:

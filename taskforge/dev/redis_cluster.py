@@ -26,13 +26,14 @@ PRIMARIES = 3
 NODE_TIMEOUT_MS = 1000
 
 
-def _wait(what: str, check: Callable[[], bool], timeout: float = 30.0) -> None:
+def wait_for(what: str, check: Callable[[], bool], timeout: float = 30.0) -> None:
+    """Poll ``check`` until it is true; a Redis or socket error counts as not yet."""
     deadline = time.monotonic() + timeout
     while True:
         try:
             if check():
                 return
-        except redis.RedisError:
+        except (redis.RedisError, OSError):
             pass
         if time.monotonic() > deadline:
             raise TimeoutError(f"timed out waiting for {what}")
@@ -59,7 +60,7 @@ class LocalCluster:
         done = subprocess.run(create, capture_output=True, text=True, timeout=60)
         if done.returncode != 0:
             raise RuntimeError(f"redis-cli --cluster create failed:\n{done.stdout}{done.stderr}")
-        _wait("every node to see the whole cluster", self._settled, timeout=60)
+        wait_for("every node to see the whole cluster", self._settled, timeout=60)
 
     def _settled(self) -> bool:
         for port in self.live_ports():
@@ -80,7 +81,7 @@ class LocalCluster:
         ]  # fmt: skip
         log = (self.directory / f"redis-{port}.log").open("wb")
         self.processes[port] = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
-        _wait(f"redis on port {port}", lambda: bool(self.node(port).ping()), timeout=10)
+        wait_for(f"redis on port {port}", lambda: bool(self.node(port).ping()), timeout=10)
 
     def node(self, port: int) -> redis.Redis:
         return redis.Redis(host="127.0.0.1", port=port, socket_timeout=2, socket_connect_timeout=2)
@@ -127,8 +128,8 @@ class LocalCluster:
         process = self.processes.pop(primary_port)
         process.kill()
         process.wait(10)
-        _wait("the replica to be promoted", lambda: self.role(replica) == "master", timeout)
-        _wait("the cluster to be whole again", lambda: all(
+        wait_for("the replica to be promoted", lambda: self.role(replica) == "master", timeout)
+        wait_for("the cluster to be whole again", lambda: all(
             self.node(port).cluster("info")["cluster_state"] == "ok" for port in self.live_ports()
         ), timeout)  # fmt: skip
         return replica
@@ -136,7 +137,7 @@ class LocalCluster:
     def rejoin(self, port: int, timeout: float = 60.0) -> None:
         """Start a killed node again: its saved cluster state makes it a replica of its promoted peer."""
         self._server(port)
-        _wait("the node to rejoin the cluster as a replica", self._settled, timeout)
+        wait_for("the node to rejoin the cluster as a replica", self._settled, timeout)
 
     def stop(self) -> None:
         for process in self.processes.values():
