@@ -127,7 +127,7 @@ class Context:
                 argv = [
                     self.stack.python, "-m", "workers",
                     "--handler", "bench.handlers:stamp" if stamp else "bench.handlers:noop",
-                    # It claims as many tasks as it has free slots: 50 slots = claims of up to 50.
+                    # 50 handler threads, each holding up to --prefetch tasks: claims of up to 100 (the limit).
                     "--queue", queue, "--concurrency", str(max_tasks), "--worker-id", worker_id,
                     "--wait-seconds", str(wait),
                     # Celery runs at --loglevel WARNING too: no line per task for either.

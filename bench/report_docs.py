@@ -16,6 +16,7 @@ import argparse
 import json
 import math
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -30,13 +31,20 @@ def is_full_run(run: dict[str, Any]) -> bool:
     return bool(run.get("complete")) and not bench.get("quick") and not bench.get("only") and bool(run.get("figures"))
 
 
-def newest_full_run(results: Path = RESULTS) -> tuple[Path, dict[str, Any]]:
+def newest_run(
+    accept: Callable[[dict[str, Any]], bool], results: Path, missing: str, remedy: str
+) -> tuple[Path, dict[str, Any]]:
+    """The newest results file whose run ``accept`` takes; none stops the program with ``missing``."""
     # File names are UTC timestamps (20261129T131628Z.json): name order is time order.
     for path in sorted(results.glob("*.json"), reverse=True):
         run = json.loads(path.read_text())
-        if is_full_run(run):
+        if accept(run):
             return path, run
-    raise SystemExit(f"no complete full benchmark run in {results}: run `make bench`")
+    raise SystemExit(f"{missing} in {results}: run `{remedy}`")
+
+
+def newest_full_run(results: Path = RESULTS) -> tuple[Path, dict[str, Any]]:
+    return newest_run(is_full_run, results, "no complete full benchmark run", "make bench")
 
 
 def _number(value: float | None, unit: str) -> str:

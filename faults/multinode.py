@@ -35,8 +35,8 @@ from pathlib import Path
 import httpx
 
 from faults.engines import ClusterRedis, HAProxy, PgBouncer, SentinelRedis
+from faults.harness import Harness
 from faults.load import Producer, create_queue
-from faults.run import Harness
 from faults.services import MachinePostgres
 from faults.stack import LOOPS, Stack
 from taskforge.dev.launcher import free_port
@@ -55,7 +55,7 @@ REDIS_MODES = ("cluster", "sentinel")
 
 
 class MultiNodeHarness(Harness):
-    """The fault harness over the multi-node topology (``faults.run.Harness`` runs the scenarios)."""
+    """The fault harness over the multi-node topology (``faults.harness.Harness`` runs the scenarios)."""
 
     multinode = True
 
@@ -127,9 +127,7 @@ class MultiNodeHarness(Harness):
         for command in LOOPS:
             for _ in range(LOOP_COPIES - len(self.stack.loops(command))):
                 self.stack.start_loop(command)
-        nominal = [p for p in self.stack.workers() if not any(t in p.name for t in ("-plus", "-minus", "-fp", "-skew"))]
-        for _ in range(self.workers - len(nominal)):
-            self.stack.start_worker(api_url=self.haproxy.url)
+        self.top_up_workers()
 
 
 def _fresh(args: argparse.Namespace, prefix: str) -> MultiNodeHarness:

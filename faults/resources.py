@@ -26,7 +26,7 @@ import psycopg
 
 if TYPE_CHECKING:
     from faults.checker import CheckResult
-    from faults.run import Harness, ScenarioRun
+    from faults.harness import Harness, ScenarioRun
 
 TABLESPACE = "tf_faults_tiny"
 MOUNT_MB = 64

@@ -27,7 +27,7 @@ from faults.stack import LEASE_SECONDS, LOOPS, Proc, skewed_env
 
 if TYPE_CHECKING:
     from faults.checker import CheckResult
-    from faults.run import Harness, ScenarioRun
+    from faults.harness import Harness, ScenarioRun
 
 FAILPOINTS = "claim.after_commit=5%kill,ack.after_commit=5%kill,enqueue.after_commit=5%kill"
 

@@ -36,7 +36,7 @@ from faults.stack import LEASE_SECONDS, LOOPS, Proc, skewed_env
 
 if TYPE_CHECKING:
     from faults.checker import CheckResult
-    from faults.run import Harness, ScenarioRun
+    from faults.harness import Harness, ScenarioRun
 
 #: Seconds between two faults (each fault's own action takes a little more).
 PACE_SECONDS = 0.3

@@ -6,7 +6,7 @@
   ``taskforge/settings.py`` reads, with their defaults.
 * ``docs/openapi.yaml`` is what the code generates, the performance page is
   what ``bench/report_docs.py`` writes from the newest full run, and the
-  capacity page's tables are what ``bench/capacity.py`` writes from the newest
+  capacity page's tables are what ``bench/capacity_page.py`` writes from the newest
   run that measured CAP.
 * The quick start's shell blocks (after ``<!-- docs-test: quickstart -->``)
   push a task from enqueue to ack against a real API server; Python blocks
@@ -29,7 +29,7 @@ from pathlib import Path
 import pytest
 from django.core.management import call_command
 
-from bench import capacity, report_docs
+from bench import capacity, capacity_page, report_docs
 from queues.apikeys import create_key
 from tests.factories import QueueFactory
 from tests.live import LiveStack
@@ -155,7 +155,7 @@ def test_performance_page_is_generated_from_the_newest_full_run() -> None:
 
 def test_capacity_tables_are_generated_from_the_newest_capacity_run() -> None:
     path, run = capacity.newest_capacity_run()
-    for name, text in capacity.render(path, run).items():
+    for name, text in capacity_page.render(path, run).items():
         assert (capacity.PAGES / name).read_text() == text, (
             f"docs/capacity/{name} is not from {path.name}: run python -m bench.capacity"
         )

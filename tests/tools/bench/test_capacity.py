@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from bench import capacity, config, costs
+from bench import capacity, capacity_page, config, costs
 from bench.meter import DatabaseWal, ProcessCpu, Reading, busy_seconds, command_counts, command_difference
 from bench.stack import dedicated_redis_argv
 from queues.dispatch import lanes
@@ -136,7 +136,7 @@ def test_the_newest_run_that_measured_cap_is_the_source(tmp_path: Path):
 
 
 def test_the_pages_name_their_source_and_show_the_predictions():
-    pages = capacity.render(Path("bench/results/20261201T000000Z.json"), _run(FIGURES))
+    pages = capacity_page.render(Path("bench/results/20261201T000000Z.json"), _run(FIGURES))
     assert set(pages) == {"costs.md", "steady.md", "burst.md", "primary.md", "check.md"}
     assert all(page.startswith("<!-- Written by `python -m bench.capacity`") for page in pages.values())
     assert "`BENCH_ONLY=CAP BENCH_PEERS=0 BENCH_DEDICATED_REDIS=1 make bench`" in pages["costs.md"]
@@ -150,13 +150,13 @@ def test_the_pages_name_their_source_and_show_the_predictions():
 
 def test_the_spread_between_repetitions_is_written_under_the_costs():
     run = _run(FIGURES)
-    assert capacity.variation(run) == ""  # no repetitions recorded: nothing to say
+    assert capacity_page.variation(run) == ""  # no repetitions recorded: nothing to say
     run["figures"] += [
         {"workload": "CAP", "figure": "check: CPU per task, every process (paced run)", "min": 990.0, "max": 1281.0},
         {"workload": "CAP", "figure": "batch: cores the rest of the machine took", "min": 0.9, "max": 1.52},
     ]
     assert capacity.spread(run, "batch: cores the rest of the machine took") == (0.9, 1.52)
-    assert capacity.variation(run) == (
+    assert capacity_page.variation(run) == (
         "Over the 3 runs, the batch stage's CPU per task, every process together, went from 990 to 1,281 µs "
         "while the rest of the machine took 0.9 to 1.5 of its cores."
     )
@@ -164,24 +164,24 @@ def test_the_spread_between_repetitions_is_written_under_the_costs():
 
 def test_each_runs_check_is_listed_with_how_busy_the_machine_was():
     run = _run({})
-    assert capacity.per_run(run) == ""
+    assert capacity_page.per_run(run) == ""
     run["figures"] += [
         {"workload": "CAP", "figure": "check: measured / predicted", "runs": [1.143, 0.878]},
         {"workload": "CAP", "figure": "saturated: busy cores, whole machine", "runs": [1.945, 1.823]},
         {"workload": "CAP", "figure": "saturated: cores the rest of the machine took", "runs": [0.672, 0.018]},
     ]
-    assert capacity.per_run(run) == (
+    assert capacity_page.per_run(run) == (
         "Measured / predicted in each run: 1.14 (1.95 cores busy, 0.67 taken by the rest); "
         "0.88 (1.82 cores busy, 0.02 taken by the rest)."
     )
 
 
 def test_sizes_read_in_decimal_units():
-    assert capacity._size(950) == "950 B"
-    assert capacity._size(12_300) == "12.3 kB"
-    assert capacity._size(2.7e12) == "2.7 TB"
-    assert capacity._duration(90) == "90 s" and capacity._duration(1200) == "20 min"
-    assert capacity._duration(math.inf) == "never"
+    assert capacity_page._size(950) == "950 B"
+    assert capacity_page._size(12_300) == "12.3 kB"
+    assert capacity_page._size(2.7e12) == "2.7 TB"
+    assert capacity_page._duration(90) == "90 s" and capacity_page._duration(1200) == "20 min"
+    assert capacity_page._duration(math.inf) == "never"
 
 
 # --- the meter ----------------------------------------------------------------------------------
