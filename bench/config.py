@@ -69,6 +69,9 @@ class Config:
     w8_seconds: float = 8.0
     # W9: a push queue's backlog delivered to a local receiver answering 200, by 1 then 2 pushers
     w9_tasks: int = 5_000
+    # ... then, with 2 pushers, tasks due uniformly over a window: due time to delivery
+    w9_due_tasks: int = 1_000
+    w9_due_seconds: float = 10.0
     # CALLS: API CPU per call of each single-task endpoint, over this many calls each
     calls_per_endpoint: int = 2_000
     calls_clients: int = 4
@@ -107,6 +110,8 @@ QUICK = {
     "w7_seconds": 6.0,
     "w8_seconds": 3.0,
     "w9_tasks": 1_000,
+    "w9_due_tasks": 200,
+    "w9_due_seconds": 4.0,
     "calls_per_endpoint": 200,
     "cap_tasks": 2_000,
     "cap_idle_seconds": 3.0,

@@ -4,15 +4,21 @@ answers 200 at once (``bench.push_receiver``), with the stack's one pusher and t
 The rate is Postgres' word, as for the drains: first ``claimed`` to last ``done`` event of the
 run's tasks, each of which must be done exactly once. Claim to ack per delivery (the pusher's
 request and its recording) is reported as p50/p99.
+
+Then, with the two pushers still running, ``w9_due_tasks`` tasks come due uniformly over
+``w9_due_seconds`` (enqueued ahead with ``scheduled_at``, as W5's), and each is timed from its due
+time to its ``done`` event: the delivery answered 200 and recorded, on Postgres' clock.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
 
 from bench.context import Context
 from bench.procs import Child
+from bench.timing import iso
 from taskforge.dev import launcher
 
 QUEUE = "bench_w9"
@@ -32,6 +38,8 @@ def define(ctx: Context) -> None:
     f.define("W9", _rate(2), "tasks/s", (">=", 2000), note="first claimed to last done event")
     f.define("W9", "claim-to-ack p50 (2 pushers)", "ms")
     f.define("W9", "claim-to-ack p99 (2 pushers)", "ms")
+    f.define("W9", "due-to-delivered p50 (2 pushers)", "ms", note="scheduled_at to the done event")
+    f.define("W9", "due-to-delivered p99 (2 pushers)", "ms", note="scheduled_at to the done event")
 
 
 def setup(ctx: Context) -> None:
@@ -63,8 +71,52 @@ def w9(ctx: Context, run: int) -> None:
         if pushers == 2:
             ctx.figures.add("W9", "claim-to-ack p50 (2 pushers)", p50)
             ctx.figures.add("W9", "claim-to-ack p99 (2 pushers)", p99)
+    p50, p99 = _due_to_delivered(ctx, queue_id, extra)
+    ctx.figures.add("W9", "due-to-delivered p50 (2 pushers)", p50)
+    ctx.figures.add("W9", "due-to-delivered p99 (2 pushers)", p99)
     for child in extra:
         ctx.supervisor.stop(child)
+
+
+def _due_to_delivered(ctx: Context, queue_id: uuid.UUID, pushers: list[Child]) -> tuple[float, float]:
+    """Tasks due uniformly over a window, delivered by the running pushers: due time to done, p50/p99."""
+    cfg = ctx.cfg
+    # No reset here: after a Redis flush every queue's push slots stay closed for a few seconds
+    # (queues.push.semaphore.SETTLE_MS), which this would measure instead of the wake-up.
+    first_due = time.time() + 2.0 + cfg.w9_due_tasks / 400  # enqueueing them all takes well under this
+    due = [first_due + cfg.w9_due_seconds * n / cfg.w9_due_tasks for n in range(cfg.w9_due_tasks)]
+
+    async def produce() -> list[str]:
+        conn = ctx.connection("producer")
+        ids: list[str] = []
+        try:
+            for start in range(0, len(due), 100):
+                body = {
+                    "tasks": [
+                        {"payload": {"n": n}, "scheduled_at": iso(at)} for n, at in enumerate(due[start : start + 100])
+                    ]
+                }
+                created = await conn.json("POST", f"/queues/{QUEUE}/tasks/batch", body, expect=(201,))
+                ids += [task["id"] for task in created["tasks"]]
+        finally:
+            conn.close()
+        return ids
+
+    ids = asyncio.run(produce())
+    if time.time() > first_due:
+        ctx.note("W9", "enqueueing the due tasks took longer than the lead time: early ones were enqueued late")
+    time.sleep(max(0.0, first_due + cfg.w9_due_seconds - time.time()))
+    ctx.wait_drained(queue_id, pushers, cfg.drain_timeout)
+    ctx.check_exactly_once("W9", ids)
+    with ctx.stack.connect() as pg:
+        (p50, p99) = pg.execute(
+            "SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY ms), percentile_cont(0.99) WITHIN GROUP (ORDER BY ms) "
+            "FROM (SELECT extract(epoch FROM d.at - t.scheduled_at) * 1000 AS ms FROM tf_task t "
+            "JOIN tf_task_event d ON d.task_id = t.id AND d.to_status = 'done' "
+            "WHERE t.id = ANY(%s::uuid[])) per_task",
+            [ids],
+        ).fetchone()
+    return float(p50), float(p99)
 
 
 def _wait_started(child: Child) -> None:

@@ -94,7 +94,7 @@ def w5(ctx: Context, run: int) -> None:
         try:
             for start in range(0, len(due), 100):
                 chunk = due[start : start + 100]
-                body = {"tasks": [{"payload": {"due": at}, "scheduled_at": _iso(at)} for at in chunk]}
+                body = {"tasks": [{"payload": {"due": at}, "scheduled_at": iso(at)} for at in chunk]}
                 created = await conn.json("POST", "/queues/bench_w5/tasks/batch", body, expect=(201,))
                 for task, at in zip(created["tasks"], chunk, strict=True):
                     wanted[task["id"]] = at
@@ -116,7 +116,7 @@ def w5(ctx: Context, run: int) -> None:
     ctx.figures.add("W5", "earliest start vs due", min(lateness))
 
 
-def _iso(epoch: float) -> str:
+def iso(epoch: float) -> str:
     return datetime.fromtimestamp(epoch, UTC).isoformat(timespec="microseconds")
 
 

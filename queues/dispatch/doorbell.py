@@ -179,6 +179,14 @@ class Hub:
             if task_id is not None and not any(w.task_id == task_id for w in self.waiters):
                 await self._follow([settled_channel(task_id)], stop=True)
 
+    async def aclose(self) -> None:
+        """Stop listening (a process that closes its event loop: the pusher at shutdown)."""
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
     def _followed(self) -> set[str]:
         return {settled_channel(w.task_id) for w in self.waiters if w.task_id is not None}
 

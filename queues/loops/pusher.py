@@ -18,11 +18,16 @@ what is in flight has answered (``wait``), then records every answer in one ``ac
 one ``nack_many``, hands their semaphore slots back in the same Redis call that takes the next
 ones, claims up to the room it has in one claim per queue, and starts the new deliveries with
 one hand-off to the event loop.
+
+Wake-ups: a pass with nothing in flight sleeps until an answer comes back or a push queue's
+doorbell rings (``queues.dispatch.doorbell``, heard on the event loop): a task enqueued or
+coming due is claimed within milliseconds, not at the next timed pass.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 import os
@@ -39,7 +44,7 @@ from django.conf import settings
 from django.db.models.functions import Now
 
 from queues import lifecycle
-from queues.dispatch import claiming, lanes
+from queues.dispatch import claiming, doorbell, lanes
 from queues.errors import LeaseLost, TaskNotFound
 from queues.models import Queue
 from queues.push import outcomes, secrets, semaphore
@@ -121,6 +126,12 @@ class Pusher:
         self.wake = threading.Event()
         # How many waiting answers set ``wake`` (see wait); read on the event loop.
         self._wake_at = 1
+        # Names of push queues whose doorbell rang since the last pass (put on the event loop).
+        self._rung: thread_queue.SimpleQueue[str] = thread_queue.SimpleQueue()
+        # The push queues the event loop listens for (replaced whole when the settings are read).
+        self._bell_names: tuple[str, ...] = ()
+        #: The push queues whose doorbells the event loop is waiting on right now (no bell pending).
+        self.listening_for: frozenset[str] = frozenset()
         # The event loop's own: the running delivery of each task, for cancelling at shutdown.
         self._running: dict[uuid.UUID, asyncio.Task[Answer]] = {}
         # Slots of recorded deliveries, handed back with the queue's next take (or at the pass' end).
@@ -129,13 +140,14 @@ class Pusher:
         self._queues_read_at = -float("inf")
         self._renewed_at = time.monotonic()
         self._empty_until: dict[uuid.UUID, float] = {}
-        self._passes = 0
+        self._turn = 0
         self._rate_limited_until: dict[uuid.UUID, float] = {}
         self._redis_warned_at = -float("inf")
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="pusher-http", daemon=True)
         self._thread.start()
         self._deliverer = Deliverer(max_connections=self.concurrency, allow_private=self.allow_private)
+        self._bells = asyncio.run_coroutine_threadsafe(self._listen_for_bells(), self._loop)
 
     # --- one pass ---------------------------------------------------------------------------
 
@@ -158,17 +170,20 @@ class Pusher:
            ``RECORD_BATCH``) has answered: against a receiver that answers at once, a pass
            that ran as soon as one answer was back would record and refill one delivery at a
            time, paying its statements and Redis calls for each.
+
+        A doorbell of a push queue ends either wait: new tasks are started at once.
         """
         self._wait_for(1, seconds)
         self._wait_for(min(RECORD_BATCH, max(1, len(self.in_flight) // 2)), GATHER_SECONDS)
         self._wake_at = 1
 
     def _wait_for(self, answers: int, seconds: float) -> None:
-        if self.finished.qsize() >= answers:
+        if self.finished.qsize() >= answers or not self._rung.empty():
             return
         self._wake_at = answers
         self.wake.clear()
-        if self.finished.qsize() < answers:  # an answer that came between the check and the clear
+        # An answer or a bell that came between the check and the clear.
+        if self.finished.qsize() < answers and self._rung.empty():
             self.wake.wait(seconds)
 
     def push_queues(self) -> list[PushQueue]:
@@ -189,16 +204,20 @@ class Pusher:
                 if q.push_secret
             ]
             self._queues_read_at = now
+            self._bell_names = tuple(sorted(q.queue.name for q in self._queues))
         return self._queues
 
     def start_deliveries(self) -> int:
         starting: list[tuple[uuid.UUID, Delivery]] = []
         now = time.monotonic()
         queues = self.push_queues()
-        # Each pass starts with the next queue, so one busy queue cannot keep this pusher's
-        # concurrency to itself pass after pass.
-        self._passes += 1
-        first = self._passes % len(queues) if queues else 0
+        self._forget_empty_where_rung(queues)
+        if len(self.in_flight) >= self.concurrency:
+            return 0  # no room: the next pass with room starts with the queue whose turn it is
+        # Each pass with room starts with the next queue, so one busy queue cannot keep this
+        # pusher's concurrency to itself pass after pass.
+        self._turn += 1
+        first = self._turn % len(queues) if queues else 0
         for push_queue in queues[first:] + queues[:first]:
             queue = push_queue.queue
             room = min(self.concurrency - len(self.in_flight), CLAIM_BATCH, push_queue.push["max_concurrent"])
@@ -246,6 +265,49 @@ class Pusher:
             # One wake-up of the event loop for the whole batch, not one per delivery.
             self._loop.call_soon_threadsafe(self._launch, starting)
         return len(starting)
+
+    def _forget_empty_where_rung(self, queues: list[PushQueue]) -> None:
+        """A queue whose doorbell rang is claimed from again, even within its empty backoff."""
+        rung: set[str] = set()
+        while True:
+            try:
+                rung.add(self._rung.get_nowait())
+            except thread_queue.Empty:
+                break
+        for push_queue in queues:
+            if push_queue.queue.name in rung:
+                self._empty_until.pop(push_queue.queue.id, None)
+
+    async def _listen_for_bells(self) -> None:
+        """On the event loop: note which push queues' doorbells ring, and wake the pass.
+
+        One waiter per push queue on the process's doorbell hub; they are registered afresh
+        after each bell and whenever the settings were read again (a queue switched to push).
+        A bell rung while they are re-registered is not lost: the pass it woke claims anyway.
+        """
+        bells = doorbell.hub()
+        while True:
+            names = self._bell_names
+            if not names:
+                await asyncio.sleep(QUEUES_REFRESH_SECONDS)
+                continue
+            async with contextlib.AsyncExitStack() as stack:
+                waiters = [await stack.enter_async_context(bells.waiter(name, CLAIM_BATCH)) for name in names]
+                if not any(waiter.event.is_set() for waiter in waiters):
+                    self.listening_for = frozenset(names)
+                waits = [asyncio.ensure_future(waiter.event.wait()) for waiter in waiters]
+                try:
+                    await asyncio.wait(waits, timeout=QUEUES_REFRESH_SECONDS, return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    for wait in waits:
+                        wait.cancel()
+                rung = [waiter.queue_name for waiter in waiters if waiter.event.is_set()]
+                self.listening_for = frozenset()
+            for name in rung:
+                if name is not None:
+                    self._rung.put(name)
+            if rung:
+                self.wake.set()
 
     def _in_flight(self, push_queue: PushQueue, row: dict[str, Any], slot: str) -> Delivery:
         """Hold the claimed task as in flight; what its delivery sends."""
@@ -372,8 +434,13 @@ class Pusher:
         self.record_finished()
         self._release_freed()
         asyncio.run_coroutine_threadsafe(self._deliverer.close(), self._loop).result(timeout=5)
+        asyncio.run_coroutine_threadsafe(self._stop_listening(), self._loop).result(timeout=5)
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(timeout=5)
+
+    async def _stop_listening(self) -> None:
+        self._bells.cancel()
+        await doorbell.hub().aclose()
 
     async def _cancel_running(self) -> None:
         running = list(self._running.values())

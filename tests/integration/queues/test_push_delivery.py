@@ -99,6 +99,23 @@ def test_a_delivery_carries_the_contract_headers_and_a_valid_signature(pusher, r
     assert task.claimed_by == "pusher-test" and task.attempts == 1
 
 
+def test_an_idle_pusher_is_woken_by_its_queues_doorbell(pusher, receiver, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    # The timed ways back to the queue (the idle pass, the empty backoff) are far off: only the bell is near.
+    monkeypatch.setattr(pusher_loop, "EMPTY_QUEUE_BACKOFF_SECONDS", 60.0)
+    queue = push_queue(receiver.url)
+    assert pusher.run_once().started == 0  # nothing to deliver yet
+    deadline = time.monotonic() + 10
+    while queue.name not in pusher.listening_for:
+        assert time.monotonic() < deadline, "the pusher never listened for the queue's doorbell"
+        time.sleep(0.01)
+    pusher.run_once()  # whatever rang before it listened (the subscription's own wake-up)
+    task_id = enqueue(queue)  # rings the doorbell once committed
+    waited = time.monotonic()
+    pusher.wait(30.0)
+    assert time.monotonic() - waited < 10.0, "the wait ran to its timeout: the bell was not heard"
+    drive(pusher, lambda: status(task_id) == "done")
+
+
 def test_no_kind_header_without_a_kind_and_a_non_object_answer_is_no_result(pusher, receiver) -> None:  # type: ignore[no-untyped-def]
     receiver.respond = lambda _: Reply(204)
     queue = push_queue(receiver.url)
