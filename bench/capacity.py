@@ -255,11 +255,22 @@ def unit_costs(figures: dict[str, float]) -> UnitCosts:
 
 
 def has_capacity_figures(run: dict[str, Any]) -> bool:
-    return bool(run.get("complete")) and "CAP" not in (run.get("failures") or {}) and bool(medians(run))
+    """A finished CAP on a Redis of the harness's own: only there are Redis CPU and commands metered."""
+    return (
+        bool(run.get("complete"))
+        and bool(run.get("settings", {}).get("bench", {}).get("dedicated_redis"))
+        and "CAP" not in (run.get("failures") or {})
+        and bool(medians(run))
+    )
 
 
 def newest_capacity_run(results: Path = RESULTS) -> tuple[Path, dict[str, Any]]:
-    return newest_run(has_capacity_figures, results, "no benchmark run with CAP", "BENCH_ONLY=CAP make bench")
+    return newest_run(
+        has_capacity_figures,
+        results,
+        "no benchmark run with CAP and a dedicated Redis",
+        "BENCH_ONLY=CAP BENCH_PEERS=0 BENCH_DEDICATED_REDIS=1 make bench",
+    )
 
 
 def command(run: dict[str, Any]) -> str:

@@ -126,6 +126,9 @@ def test_the_newest_run_that_measured_cap_is_the_source(tmp_path: Path):
     (tmp_path / "20261201T000000Z.json").write_text(json.dumps(_run(FIGURES)))
     (tmp_path / "20261202T000000Z.json").write_text(json.dumps(_run(FIGURES, failures={"CAP": "boom"})))
     (tmp_path / "20261203T000000Z.json").write_text(json.dumps(_run({})))
+    shared_redis = _run(FIGURES)
+    shared_redis["settings"] = {"bench": {"runs": 3}}  # a full make bench: Redis shared, not metered
+    (tmp_path / "20261204T000000Z.json").write_text(json.dumps(shared_redis))
     path, run = capacity.newest_capacity_run(tmp_path)
     assert path.name == "20261201T000000Z.json"
     assert capacity.medians(run)["batch: API CPU per task"] == 400.0
