@@ -12,13 +12,12 @@ time to its ``done`` event: the delivery answered 200 and recorded, on Postgres'
 
 from __future__ import annotations
 
-import asyncio
 import time
 import uuid
 
 from bench.context import Context
 from bench.procs import Child
-from bench.timing import iso
+from bench.timing import enqueue_due_over
 from taskforge.dev import launcher
 
 QUEUE = "bench_w9"
@@ -83,29 +82,7 @@ def _due_to_delivered(ctx: Context, queue_id: uuid.UUID, pushers: list[Child]) -
     cfg = ctx.cfg
     # No reset here: after a Redis flush every queue's push slots stay closed for a few seconds
     # (queues.push.semaphore.SETTLE_MS), which this would measure instead of the wake-up.
-    first_due = time.time() + 2.0 + cfg.w9_due_tasks / 400  # enqueueing them all takes well under this
-    due = [first_due + cfg.w9_due_seconds * n / cfg.w9_due_tasks for n in range(cfg.w9_due_tasks)]
-
-    async def produce() -> list[str]:
-        conn = ctx.connection("producer")
-        ids: list[str] = []
-        try:
-            for start in range(0, len(due), 100):
-                body = {
-                    "tasks": [
-                        {"payload": {"n": n}, "scheduled_at": iso(at)} for n, at in enumerate(due[start : start + 100])
-                    ]
-                }
-                created = await conn.json("POST", f"/queues/{QUEUE}/tasks/batch", body, expect=(201,))
-                ids += [task["id"] for task in created["tasks"]]
-        finally:
-            conn.close()
-        return ids
-
-    ids = asyncio.run(produce())
-    if time.time() > first_due:
-        ctx.note("W9", "enqueueing the due tasks took longer than the lead time: early ones were enqueued late")
-    time.sleep(max(0.0, first_due + cfg.w9_due_seconds - time.time()))
+    ids = list(enqueue_due_over(ctx, "W9", QUEUE, cfg.w9_due_tasks, cfg.w9_due_seconds))
     ctx.wait_drained(queue_id, pushers, cfg.drain_timeout)
     ctx.check_exactly_once("W9", ids)
     with ctx.stack.connect() as pg:

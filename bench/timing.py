@@ -78,15 +78,12 @@ def w4(ctx: Context, run: int) -> None:
     ctx.figures.add("W4", "claimed-to-start p50", percentile(to_handler, 50))
 
 
-def w5(ctx: Context, run: int) -> None:
-    cfg = ctx.cfg
-    ctx.stack.reset_state()
-    queue_id = ctx.extra["queue_ids"]["bench_w5"]
-    workers = ctx.start_workers("bench_w5", stamp=True, label="w5")
-    time.sleep(SETTLE_SECONDS)
-    lead = 2.0 + cfg.w5_tasks / 400  # enqueueing them all takes well under this, even on a busy machine
+def enqueue_due_over(ctx: Context, workload: str, queue: str, count: int, seconds: float) -> dict[str, float]:
+    """Enqueue ``count`` tasks due uniformly over the next ``seconds`` (after a lead time), in batches
+    of 100; return once the last is due, with each task's id and due time (Unix seconds)."""
+    lead = 2.0 + count / 400  # enqueueing them all takes well under this, even on a busy machine
     first_due = time.time() + lead
-    due = [first_due + cfg.w5_seconds * n / cfg.w5_tasks for n in range(cfg.w5_tasks)]
+    due = [first_due + seconds * n / count for n in range(count)]
 
     async def produce() -> dict[str, float]:
         conn = ctx.connection("producer")
@@ -95,7 +92,7 @@ def w5(ctx: Context, run: int) -> None:
             for start in range(0, len(due), 100):
                 chunk = due[start : start + 100]
                 body = {"tasks": [{"payload": {"due": at}, "scheduled_at": iso(at)} for at in chunk]}
-                created = await conn.json("POST", "/queues/bench_w5/tasks/batch", body, expect=(201,))
+                created = await conn.json("POST", f"/queues/{queue}/tasks/batch", body, expect=(201,))
                 for task, at in zip(created["tasks"], chunk, strict=True):
                     wanted[task["id"]] = at
         finally:
@@ -104,8 +101,18 @@ def w5(ctx: Context, run: int) -> None:
 
     wanted = asyncio.run(produce())
     if time.time() > first_due:
-        ctx.note("W5", "enqueueing took longer than the lead time: early tasks were enqueued late")
-    time.sleep(max(0.0, first_due + cfg.w5_seconds - time.time()))
+        ctx.note(workload, "enqueueing took longer than the lead time: early tasks were enqueued late")
+    time.sleep(max(0.0, first_due + seconds - time.time()))
+    return wanted
+
+
+def w5(ctx: Context, run: int) -> None:
+    cfg = ctx.cfg
+    ctx.stack.reset_state()
+    queue_id = ctx.extra["queue_ids"]["bench_w5"]
+    workers = ctx.start_workers("bench_w5", stamp=True, label="w5")
+    time.sleep(SETTLE_SECONDS)
+    wanted = enqueue_due_over(ctx, "W5", "bench_w5", cfg.w5_tasks, cfg.w5_seconds)
     ctx.wait_drained(queue_id, workers, cfg.drain_timeout)
     ctx.stop_workers(workers)
     ctx.check_exactly_once("W5", list(wanted))
