@@ -213,26 +213,56 @@ class Harness:
             entry["drain_s"] = checker.drain_seconds(self.database_url, queue, entry["at"])
             if entry["drain_s"] is not None:
                 entry["drain_s"] = round(entry["drain_s"], 2)
-        errors_500, errors_503 = self.api_errors(wall_started)
-        summary = {
-            "scenario": scenario.name,
-            "description": scenario.description,
-            "ok": result.ok and not problems,
-            **result.summary(),
-            "api_500s": errors_500,
-            "api_503s": errors_503,
-            "enqueue_retries": producer.retried,
-            "enqueues_given_up": len(producer.given_up),
-            "settle_s": round(settle, 1),
-            "wall_s": round(time.monotonic() - started, 1),
-            "faults": [{k: v for k, v in f.items() if k != "at"} for f in run.faults],
-            "notes": run.notes,
-            "report": run.report,
-            "problems": problems,
-            "violation_examples": dict(result.violations),
-        }
+        summary = scenario_summary(
+            scenario.name,
+            scenario.description,
+            result,
+            problems,
+            self.api_errors(wall_started),
+            producer,
+            settle=settle,
+            started=started,
+            faults=[{k: v for k, v in f.items() if k != "at"} for f in run.faults],
+            notes=run.notes,
+            report=run.report,
+        )
         print_scenario(summary)
         return summary
+
+
+def scenario_summary(
+    name: str,
+    description: str,
+    result: checker.CheckResult,
+    problems: list[str],
+    api_errors: tuple[int, int],
+    producer: Producer,
+    *,
+    settle: float,
+    started: float,
+    faults: list[dict[str, Any]],
+    notes: dict[str, Any],
+    **extra: Any,
+) -> dict[str, Any]:
+    """What a scenario's run reports (``print_scenario`` prints it; the JSON summary keeps it)."""
+    errors_500, errors_503 = api_errors
+    return {
+        "scenario": name,
+        "description": description,
+        "ok": result.ok and not problems,
+        **result.summary(),
+        "api_500s": errors_500,
+        "api_503s": errors_503,
+        "enqueue_retries": producer.retried,
+        "enqueues_given_up": len(producer.given_up),
+        "settle_s": round(settle, 1),
+        "wall_s": round(time.monotonic() - started, 1),
+        "faults": faults,
+        "notes": notes,
+        **extra,
+        "problems": problems,
+        "violation_examples": dict(result.violations),
+    }
 
 
 def print_scenario(s: dict[str, Any]) -> None:

@@ -39,6 +39,7 @@ import psycopg
 
 from faults import checker
 from faults.handler import EXEC_DIR_ENV
+from faults.harness import scenario_summary
 from faults.load import Producer, create_queue, probe
 from faults.services import EmbeddedPostgres, MachinePostgres, RedisServer
 from faults.stack import LEASE_SECONDS, TIMINGS
@@ -248,23 +249,18 @@ def run_make_run(
         for entry in stack.faults:
             drain = checker.drain_seconds(postgres.url, queue, entry.pop("at"))
             entry["drain_s"] = None if drain is None else round(drain, 2)
-        errors_500, errors_503 = _api_errors(stack.log)
-        return {
-            "scenario": NAME,
-            "description": "kill -9 each process make run supervises; its supervisor restarts them",
-            "ok": result.ok and not stack.problems,
-            **result.summary(),
-            "api_500s": errors_500,
-            "api_503s": errors_503,
-            "enqueue_retries": producer.retried,
-            "enqueues_given_up": len(producer.given_up),
-            "settle_s": round(settle, 1),
-            "wall_s": round(time.monotonic() - started, 1),
-            "faults": stack.faults,
-            "notes": {"restarts logged": stack.log.read_text(errors="replace").count("restarting in")},
-            "problems": stack.problems,
-            "violation_examples": dict(result.violations),
-        }
+        return scenario_summary(
+            NAME,
+            "kill -9 each process make run supervises; its supervisor restarts them",
+            result,
+            stack.problems,
+            _api_errors(stack.log),
+            producer,
+            settle=settle,
+            started=started,
+            faults=stack.faults,
+            notes={"restarts logged": stack.log.read_text(errors="replace").count("restarting in")},
+        )
     finally:
         if stack is not None:
             launcher.terminate(stack.process, grace=30, group=True)

@@ -20,14 +20,13 @@ ones, claims up to the room it has in one claim per queue, and starts the new de
 one hand-off to the event loop.
 
 Wake-ups: a pass with nothing in flight sleeps until an answer comes back or a push queue's
-doorbell rings (``queues.dispatch.doorbell``, heard on the event loop): a task enqueued or
+doorbell rings (``queues.push.bells``, heard on the event loop): a task enqueued or
 coming due is claimed within milliseconds, not at the next timed pass.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import logging
 import os
@@ -44,10 +43,11 @@ from django.conf import settings
 from django.db.models.functions import Now
 
 from queues import lifecycle
-from queues.dispatch import claiming, doorbell, lanes
+from queues.dispatch import claiming, lanes
 from queues.errors import LeaseLost, TaskNotFound
 from queues.models import Queue
 from queues.push import outcomes, secrets, semaphore
+from queues.push.bells import PushBells
 from queues.push.delivery import Answer, Deliverer, Delivery
 from queues.telemetry import push_metrics
 
@@ -126,12 +126,7 @@ class Pusher:
         self.wake = threading.Event()
         # How many waiting answers set ``wake`` (see wait); read on the event loop.
         self._wake_at = 1
-        # Names of push queues whose doorbell rang since the last pass (put on the event loop).
-        self._rung: thread_queue.SimpleQueue[str] = thread_queue.SimpleQueue()
-        # The push queues the event loop listens for (replaced whole when the settings are read).
-        self._bell_names: tuple[str, ...] = ()
-        #: The push queues whose doorbells the event loop is waiting on right now (no bell pending).
-        self.listening_for: frozenset[str] = frozenset()
+        self.bells = PushBells(self.wake, CLAIM_BATCH)
         # The event loop's own: the running delivery of each task, for cancelling at shutdown.
         self._running: dict[uuid.UUID, asyncio.Task[Answer]] = {}
         # Slots of recorded deliveries, handed back with the queue's next take (or at the pass' end).
@@ -147,7 +142,7 @@ class Pusher:
         self._thread = threading.Thread(target=self._loop.run_forever, name="pusher-http", daemon=True)
         self._thread.start()
         self._deliverer = Deliverer(max_connections=self.concurrency, allow_private=self.allow_private)
-        self._bells = asyncio.run_coroutine_threadsafe(self._listen_for_bells(), self._loop)
+        self._listening = asyncio.run_coroutine_threadsafe(self.bells.listen(), self._loop)
 
     # --- one pass ---------------------------------------------------------------------------
 
@@ -178,12 +173,12 @@ class Pusher:
         self._wake_at = 1
 
     def _wait_for(self, answers: int, seconds: float) -> None:
-        if self.finished.qsize() >= answers or not self._rung.empty():
+        if self.finished.qsize() >= answers or self.bells.pending():
             return
         self._wake_at = answers
         self.wake.clear()
         # An answer or a bell that came between the check and the clear.
-        if self.finished.qsize() < answers and self._rung.empty():
+        if self.finished.qsize() < answers and not self.bells.pending():
             self.wake.wait(seconds)
 
     def push_queues(self) -> list[PushQueue]:
@@ -204,7 +199,7 @@ class Pusher:
                 if q.push_secret
             ]
             self._queues_read_at = now
-            self._bell_names = tuple(sorted(q.queue.name for q in self._queues))
+            self.bells.names = tuple(sorted(q.queue.name for q in self._queues))
         return self._queues
 
     def start_deliveries(self) -> int:
@@ -268,46 +263,10 @@ class Pusher:
 
     def _forget_empty_where_rung(self, queues: list[PushQueue]) -> None:
         """A queue whose doorbell rang is claimed from again, even within its empty backoff."""
-        rung: set[str] = set()
-        while True:
-            try:
-                rung.add(self._rung.get_nowait())
-            except thread_queue.Empty:
-                break
+        rung = self.bells.take()
         for push_queue in queues:
             if push_queue.queue.name in rung:
                 self._empty_until.pop(push_queue.queue.id, None)
-
-    async def _listen_for_bells(self) -> None:
-        """On the event loop: note which push queues' doorbells ring, and wake the pass.
-
-        One waiter per push queue on the process's doorbell hub; they are registered afresh
-        after each bell and whenever the settings were read again (a queue switched to push).
-        A bell rung while they are re-registered is not lost: the pass it woke claims anyway.
-        """
-        bells = doorbell.hub()
-        while True:
-            names = self._bell_names
-            if not names:
-                await asyncio.sleep(QUEUES_REFRESH_SECONDS)
-                continue
-            async with contextlib.AsyncExitStack() as stack:
-                waiters = [await stack.enter_async_context(bells.waiter(name, CLAIM_BATCH)) for name in names]
-                if not any(waiter.event.is_set() for waiter in waiters):
-                    self.listening_for = frozenset(names)
-                waits = [asyncio.ensure_future(waiter.event.wait()) for waiter in waiters]
-                try:
-                    await asyncio.wait(waits, timeout=QUEUES_REFRESH_SECONDS, return_when=asyncio.FIRST_COMPLETED)
-                finally:
-                    for wait in waits:
-                        wait.cancel()
-                rung = [waiter.queue_name for waiter in waiters if waiter.event.is_set()]
-                self.listening_for = frozenset()
-            for name in rung:
-                if name is not None:
-                    self._rung.put(name)
-            if rung:
-                self.wake.set()
 
     def _in_flight(self, push_queue: PushQueue, row: dict[str, Any], slot: str) -> Delivery:
         """Hold the claimed task as in flight; what its delivery sends."""
@@ -439,8 +398,8 @@ class Pusher:
         self._thread.join(timeout=5)
 
     async def _stop_listening(self) -> None:
-        self._bells.cancel()
-        await doorbell.hub().aclose()
+        self._listening.cancel()
+        await self.bells.close()
 
     async def _cancel_running(self) -> None:
         running = list(self._running.values())

@@ -105,7 +105,7 @@ def test_an_idle_pusher_is_woken_by_its_queues_doorbell(pusher, receiver, monkey
     queue = push_queue(receiver.url)
     assert pusher.run_once().started == 0  # nothing to deliver yet
     deadline = time.monotonic() + 10
-    while queue.name not in pusher.listening_for:
+    while queue.name not in pusher.bells.listening_for:
         assert time.monotonic() < deadline, "the pusher never listened for the queue's doorbell"
         time.sleep(0.01)
     pusher.run_once()  # whatever rang before it listened (the subscription's own wake-up)
