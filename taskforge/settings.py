@@ -126,6 +126,10 @@ if TASKFORGE_DB_PGBOUNCER:
     # OPTIONS from elsewhere cannot turn it back on.
     _db_options["prepare_threshold"] = None
 else:
+    # Django turns psycopg's prepared statements off unless asked: the lifecycle
+    # prepares its fixed statements on each connection (queues/lifecycle/rows.py).
+    # Django's own queries bind on the client and are never prepared either way.
+    _db_options.setdefault("prepare_threshold", 5)
     # Bound every statement and lock wait, and never let an idle transaction pin
     # the xmin horizon (it slows every claim as dead rows pile up).
     _db_options["options"] = (
