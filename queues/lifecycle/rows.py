@@ -45,7 +45,7 @@ def fetch_rows(sql: str, params: Mapping[str, Any] | Sequence[Any]) -> list[Row]
     if isinstance(params, Mapping):
         params = literal_arrays(dict(params))
     with connection.cursor() as wrapper:
-        cursor: Any = _execute(wrapper, sql, params)
+        cursor = _execute(wrapper, sql, params)
         result = cursor.pgresult
         if result is None or not result.nfields:
             return []
@@ -61,7 +61,7 @@ def fetch_rows(sql: str, params: Mapping[str, Any] | Sequence[Any]) -> list[Row]
     return rows
 
 
-def _execute(wrapper: Any, sql: str, params: Mapping[str, Any] | Sequence[Any]) -> psycopg.Cursor[Any]:
+def _execute(wrapper: Any, sql: str, params: Mapping[str, Any] | Sequence[Any]) -> Any:
     """Run ``sql`` as a prepared statement of its connection, where the connection may keep one.
 
     Django binds parameters on the client, so Postgres parsed and planned
@@ -83,7 +83,7 @@ def _execute(wrapper: Any, sql: str, params: Mapping[str, Any] | Sequence[Any]) 
     if raw.prepare_threshold is None or connection.queries_logged:
         _load_timestamps_fast(wrapper.cursor)
         wrapper.execute(sql, params)
-        return wrapper.cursor  # type: ignore[no-any-return]
+        return wrapper.cursor
     cursor = psycopg.Cursor(raw)
     _load_timestamps_fast(cursor)
 
