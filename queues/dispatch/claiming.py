@@ -60,6 +60,8 @@ class _Batch:
     tokens: Counter[uuid.UUID] = field(default_factory=Counter)
     used: Counter[uuid.UUID] = field(default_factory=Counter)
     waits: list[float] = field(default_factory=list)
+    #: whether a statement has already scanned the unlimited queues for this claim
+    scanned_unlimited: bool = False
 
     @property
     def need(self) -> int:
@@ -78,15 +80,29 @@ class _Batch:
             held += grant.tokens
         return min(held, count)
 
-    def confirm(self, queue_ids: Sequence[uuid.UUID], limit: int, task_ids: list[uuid.UUID] | None) -> None:
-        if limit <= 0 or (task_ids is not None and not task_ids):
+    def unlimited_ids(self) -> list[uuid.UUID]:
+        return [q.id for q in self.queues if q.rate_limit is None]
+
+    def confirm(
+        self,
+        queue_ids: Sequence[uuid.UUID],
+        limit: int,
+        task_ids: list[uuid.UUID] | None,
+        scan_queue_ids: Sequence[uuid.UUID] = (),
+    ) -> None:
+        if limit <= 0 or (task_ids is not None and not task_ids and not scan_queue_ids):
             return
-        moved = lifecycle.claim(self.worker_id, queue_ids, limit, task_ids=task_ids)
+        if scan_queue_ids:
+            self.scanned_unlimited = True
+        moved = lifecycle.claim(self.worker_id, queue_ids, limit, task_ids=task_ids, scan_queue_ids=scan_queue_ids)
         self.rows.extend(moved)
         self.used.update(row["queue_id"] for row in moved)
 
     def from_lanes(self) -> None:
         """Take the best ids across the lanes, within each queue's allowance, and confirm them."""
+        if len(self.queues) == 1 and self.queues[0].rate_limit is None:
+            self.from_one_lane(self.queues[0])
+            return
         by_name = {q.name: q for q in self.queues}
         for _ in range(LANE_ROUNDS):
             need = self.need
@@ -113,11 +129,31 @@ class _Batch:
             if not chosen:
                 return
             ids = lanes.remove(chosen)
-            self.confirm([by_name[name].id for name in taken], len(ids), ids)
+            queue_ids = [by_name[name].id for name in taken]
+            if len(candidates) < need:
+                # The lanes hold less than this claim needs: the rest can only come from
+                # Postgres, so the same statement scans the unlimited queues for it.
+                self.confirm(queue_ids, need, ids, scan_queue_ids=self.unlimited_ids())
+                return
+            self.confirm(queue_ids, len(ids), ids)
+
+    def from_one_lane(self, queue: Queue) -> None:
+        """One queue, no rate limit: its lane's best ids are popped in one call and confirmed."""
+        for _ in range(LANE_ROUNDS):
+            need = self.need
+            if need <= 0:
+                return
+            popped, ids = lanes.pop(queue.name, need)
+            if popped == 0:
+                return
+            if popped < need:  # the lane ran dry: the same statement scans the queue for the rest
+                self.confirm([queue.id], need, ids, scan_queue_ids=[queue.id])
+                return
+            self.confirm([queue.id], len(ids), ids)
 
     def from_postgres(self) -> None:
         """The fallback: Postgres' SKIP LOCKED scan, unlimited queues first, then each limited one."""
-        unlimited = [q.id for q in self.queues if q.rate_limit is None]
+        unlimited = [] if self.scanned_unlimited else self.unlimited_ids()
         if unlimited:
             self.confirm(unlimited, self.need, None)
         for queue in self.queues:
@@ -138,6 +174,8 @@ def claim(worker_id: str, queue: Queue | None, max_tasks: int) -> Claimed:
     2. What is still missing comes from Postgres directly (lanes empty or
        stale, Redis down): unlimited queues always, limited ones only with
        tokens, so a rate limit holds even while Redis is down (nothing moves).
+       When the lanes held fewer ids than wanted, the statement confirming
+       them scans the unlimited queues for the rest itself (one round trip).
     3. Tokens taken but not used are returned.
     """
     batch = _Batch(worker_id, claimable_queues(queue), max_tasks)

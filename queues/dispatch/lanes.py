@@ -152,6 +152,18 @@ def remove(chosen: Sequence[Candidate]) -> list[uuid.UUID]:
     return parse_ids(c.member for c, won in zip(chosen, removed, strict=True) if won)
 
 
+def pop(queue_name: str, count: int) -> tuple[int, list[uuid.UUID]]:
+    """``ZPOPMIN``: take the best ``count`` ids of one lane in one call.
+
+    For a claim of one queue with no rate limit there is nothing to merge
+    across lanes and nothing to ration, so peeking and then removing (two
+    round trips) would take exactly these. Returns how many members it took
+    (garbage included, which is dropped) and the task ids among them.
+    """
+    popped: list[tuple[bytes, float]] = redis_client().zpopmin(ready_key(queue_name), count)  # type: ignore[assignment]
+    return len(popped), parse_ids(member for member, _ in popped)
+
+
 def sizes(queue_names: Sequence[str]) -> list[int]:
     pipe = redis_client().pipeline(transaction=False)
     for name in queue_names:

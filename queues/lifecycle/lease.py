@@ -33,17 +33,25 @@ def claim(
     limit: int,
     *,
     task_ids: Sequence[uuid.UUID] | None = None,
+    scan_queue_ids: Sequence[uuid.UUID] = (),
 ) -> list[Row]:
     """Lease up to ``limit`` due pending tasks of ``queue_ids`` to ``worker_id``.
 
     With ``task_ids`` (from the Redis ready lanes) only those rows are
     candidates: a claim by primary key. Ids that are no longer pending or due
-    are simply not returned.
+    are simply not returned. With ``scan_queue_ids`` as well, what those ids
+    leave of ``limit`` is scanned for in these queues by the same statement.
     """
     if not queue_ids or limit <= 0:
         return []
     if task_ids is None:
         sql = statements.CLAIM_FROM_ONE_QUEUE if len(queue_ids) == 1 else statements.CLAIM_FROM_QUEUES
+    elif scan_queue_ids:
+        sql = (
+            statements.CLAIM_BY_IDS_TOPPED_UP_FROM_ONE_QUEUE
+            if len(scan_queue_ids) == 1
+            else statements.CLAIM_BY_IDS_TOPPED_UP_FROM_QUEUES
+        )
     else:
         sql = statements.CLAIM_BY_IDS_FROM_ONE_QUEUE if len(queue_ids) == 1 else statements.CLAIM_BY_IDS_FROM_QUEUES
     with lone_statement():
@@ -53,6 +61,8 @@ def claim(
                 "queue_id": queue_ids[0],
                 "queue_ids": list(queue_ids),
                 "task_ids": list(task_ids or []),
+                "scan_queue_id": scan_queue_ids[0] if scan_queue_ids else None,
+                "scan_queue_ids": list(scan_queue_ids),
                 "limit": limit,
                 "worker_id": worker_id,
                 "lease_seconds": settings.TASKFORGE_HEARTBEAT_TIMEOUT,

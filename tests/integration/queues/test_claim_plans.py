@@ -95,6 +95,31 @@ def test_a_one_queue_claim_stops_its_ordered_scan_at_the_limit(backlog):
     assert max(_picked_rows(plan)) <= 50, plan
 
 
+def test_a_topped_up_claim_probes_its_ids_and_stops_its_scan_at_the_limit(backlog):
+    queue, ids = backlog
+    params = {**_params(queue, ids[:10]), "scan_queue_id": queue.id, "scan_queue_ids": [queue.id]}
+    plan = _plan(statements.CLAIM_BY_IDS_TOPPED_UP_FROM_ONE_QUEUE, params)
+    proposed, scanned = plan.split("CTE moved")[0].split("CTE scanned")
+    assert "tf_task_pkey" in proposed, plan
+    assert max(_picked_rows(proposed)) <= 1, plan
+    assert max(_picked_rows(scanned)) <= 50, plan  # the 40 the ids left, plus the 10 ids it skips
+
+
+def test_a_topped_up_claim_takes_its_ids_then_the_oldest_others(backlog):
+    queue, ids = backlog
+    moved = lifecycle.claim("w-plan", [queue.id], 50, task_ids=ids[:10], scan_queue_ids=[queue.id])
+    assert len(moved) == 50
+    assert set(ids[:10]) <= {row["id"] for row in moved}
+    others = sorted(row["scheduled_at"] for row in moved if row["id"] not in ids[:10])
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT scheduled_at FROM tf_task WHERE queue_id = %s AND status = 'pending' ORDER BY scheduled_at LIMIT 1",
+            [queue.id],
+        )
+        (next_pending,) = cursor.fetchone()
+    assert others[-1] <= next_pending  # the 40 oldest of the rest, none skipped over
+
+
 def test_the_claims_themselves_take_the_tasks_in_order(backlog):
     queue, ids = backlog
     by_id = lifecycle.claim("w-plan", [queue.id], 50, task_ids=ids)

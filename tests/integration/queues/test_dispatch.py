@@ -8,7 +8,8 @@ from datetime import timedelta
 
 import pytest
 from django.core.management import call_command
-from django.db import transaction
+from django.db import connection, transaction
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 import taskforge.infra.redis
@@ -153,6 +154,61 @@ def test_lane_and_postgres_together_fill_a_batch(producer, worker, queue):
     TaskFactory.create_batch(3, queue=queue, priority=2, scheduled_at=PAST)  # in Postgres only
     assert len(lane()) == 1
     assert [t["priority"] for t in claim(worker, queue="email_jobs", max_tasks=10)] == [1, 2, 2, 2]
+
+
+def test_pop_takes_a_lanes_best_ids_in_one_call_and_drops_garbage(queue):
+    best, next_best = uuid.uuid4(), uuid.uuid4()
+    key = lanes.ready_key("email_jobs")
+    redis_client().zadd(key, {str(best): 1, "not-a-task": 2, str(next_best): 3, str(uuid.uuid4()): 4})
+    assert lanes.pop("email_jobs", 3) == (3, [best, next_best])
+    assert redis_client().zcard(key) == 1
+    assert lanes.pop("nothing_here", 3) == (0, [])
+
+
+def _claim_statements(queries: CaptureQueriesContext) -> list[str]:
+    return [q["sql"] for q in queries.captured_queries if "FOR UPDATE OF t SKIP LOCKED" in q["sql"]]
+
+
+def test_a_claim_the_lane_cannot_fill_scans_postgres_in_the_same_statement(producer, worker, queue):
+    enqueue(producer, priority=1)
+    TaskFactory.create_batch(3, queue=queue, priority=2, scheduled_at=PAST)  # in Postgres only
+    with CaptureQueriesContext(connection) as queries:
+        got = claim(worker, queue="email_jobs", max_tasks=10)
+    assert [t["priority"] for t in got] == [1, 2, 2, 2]
+    assert len(_claim_statements(queries)) == 1
+    assert Task.objects.filter(status="claimed").count() == 4
+
+
+def test_the_same_statement_makes_up_for_stale_lane_ids(producer, worker, queue):
+    stale = enqueue(producer, priority=1)
+    Task.objects.filter(pk=stale["id"]).update(status="cancelled")  # still in the lane
+    TaskFactory.create_batch(2, queue=queue, priority=3, scheduled_at=PAST)
+    with CaptureQueriesContext(connection) as queries:
+        got = claim(worker, queue="email_jobs", max_tasks=5)
+    assert [t["priority"] for t in got] == [3, 3]
+    assert stale["id"] not in {t["id"] for t in got}
+    assert len(_claim_statements(queries)) == 1
+
+
+def test_a_full_lane_claim_does_not_scan(producer, worker, queue):
+    for _ in range(3):
+        enqueue(producer)
+    TaskFactory.create_batch(2, queue=queue, priority=1, scheduled_at=PAST)  # would win a scan
+    with CaptureQueriesContext(connection) as queries:
+        got = claim(worker, queue="email_jobs", max_tasks=3)
+    assert [t["priority"] for t in got] == [5, 5, 5]  # the lane's three: no scan was needed
+    (statement,) = _claim_statements(queries)
+    assert "scanned AS" not in statement
+
+
+def test_a_topped_up_claim_across_queues_still_honours_a_rate_limit(producer, worker, queue):
+    limited = QueueFactory(name="limited", rate_limit=1, rate_burst=1)
+    TaskFactory.create_batch(3, queue=limited, priority=1, scheduled_at=PAST)  # in Postgres only
+    enqueue(producer, priority=5)
+    TaskFactory.create_batch(2, queue=queue, priority=4, scheduled_at=PAST)
+    got = claim(worker, max_tasks=10)  # no queue: every unpaused queue
+    by_queue = sorted(t["queue"] for t in got)
+    assert by_queue == ["email_jobs"] * 3 + ["limited"]  # the burst of one, not three
 
 
 def test_delayed_task_is_not_in_the_lane_and_not_claimable_early(producer, worker, queue):

@@ -52,6 +52,8 @@ PARAMS = {
     "queue_id": QUEUE,
     "queue_ids": [QUEUE, uuid.uuid4()],
     "task_ids": [TASK],
+    "scan_queue_id": QUEUE,
+    "scan_queue_ids": [QUEUE, uuid.uuid4()],
     "task_id": TASK,
     "limit": 50,
     "worker_id": "worker-1",
@@ -92,6 +94,8 @@ def test_the_registry_holds_every_statement_filled_in() -> None:
         "CLAIM_FROM_QUEUES",
         "CLAIM_BY_IDS_FROM_ONE_QUEUE",
         "CLAIM_BY_IDS_FROM_QUEUES",
+        "CLAIM_BY_IDS_TOPPED_UP_FROM_ONE_QUEUE",
+        "CLAIM_BY_IDS_TOPPED_UP_FROM_QUEUES",
     } <= set(statements.ALL)
     for name, sql in statements.ALL.items():
         assert SQL_TEXT.search(sql), name
@@ -107,6 +111,13 @@ def test_each_claim_variant_uses_its_own_source_and_queue_filter() -> None:
     assert by_ids not in statements.CLAIM_FROM_QUEUES and some_queues in statements.CLAIM_FROM_QUEUES
     assert by_ids in statements.CLAIM_BY_IDS_FROM_ONE_QUEUE and one_queue in statements.CLAIM_BY_IDS_FROM_ONE_QUEUE
     assert by_ids in statements.CLAIM_BY_IDS_FROM_QUEUES and some_queues in statements.CLAIM_BY_IDS_FROM_QUEUES
+    for name, scan_filter in (
+        ("CLAIM_BY_IDS_TOPPED_UP_FROM_ONE_QUEUE", "t.queue_id = %(scan_queue_id)s"),
+        ("CLAIM_BY_IDS_TOPPED_UP_FROM_QUEUES", "t.queue_id = ANY(%(scan_queue_ids)s)"),
+    ):
+        proposed, scanned = statements.ALL[name].split("scanned AS")
+        assert by_ids in proposed and some_queues in proposed, name
+        assert by_ids not in scanned and scan_filter in scanned and "<> ALL(%(task_ids)s" in scanned, name
 
 
 # --- source checks: no SQL assembled when a move runs ----------------------------------------------
