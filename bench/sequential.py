@@ -20,6 +20,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 WARMUP_SECONDS = 1.0
+#: The client's own cost is measured in alternating rounds of this many calls each way.
+OVERHEAD_ROUNDS = 5
+OVERHEAD_CALLS = 300
 
 
 @dataclass
@@ -91,11 +94,32 @@ def _client_class() -> Any:
     return TaskForgeClient
 
 
+def client_overhead(client_call: Callable[[], Any], bare_call: Callable[[], Any], calls: int, rounds: int) -> dict:
+    """This process' CPU per call through the client and through a bare httpx request, in alternating rounds.
+
+    Both make the same request to the same server, so what differs is the
+    client's own work (building the body and URL, checking the answer,
+    decoding it); CPU rather than wall time, which the server's share of
+    every call would blur. Returns the medians in ms and the ids enqueued.
+    """
+    ids: list[str] = []
+    per_call: dict[str, list[float]] = {"client": [], "bare": []}
+    for _ in range(rounds):
+        for name, call in (("client", client_call), ("bare", bare_call)):
+            started = time.process_time()
+            ids.extend(call() for _ in range(calls))
+            per_call[name].append((time.process_time() - started) * 1000 / calls)
+    client_ms = sorted(per_call["client"])[rounds // 2]
+    bare_ms = sorted(per_call["bare"])[rounds // 2]
+    return {"client_cpu_ms": client_ms, "bare_cpu_ms": bare_ms, "overhead_ms": client_ms - bare_ms, "ids": ids}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--queue", required=True)
     parser.add_argument("--seconds", type=float, required=True)
     parser.add_argument("--warmup", type=float, default=WARMUP_SECONDS)
+    parser.add_argument("--overhead", action="store_true", help="also measure the client's CPU against bare httpx")
     args = parser.parse_args(argv)
     client = _client_class()(os.environ["TASKFORGE_API_URL"], os.environ["TASKFORGE_API_KEY"])
     payload = {"bench": "sequential"}
@@ -103,20 +127,45 @@ def main(argv: list[str] | None = None) -> int:
         window = run(
             lambda: client.enqueue(args.queue, payload)["id"], args.seconds, warmup=args.warmup, keep_results=True
         )
+        overhead = _measure_overhead(client, args.queue, payload) if args.overhead else None
     finally:
         client.close()
     summary = asdict(window)
     summary["ids"] = summary.pop("results")
+    if overhead is not None:
+        summary["ids"] += overhead.pop("ids")
+        summary["overhead"] = overhead
     json.dump(summary, sys.stdout)
     sys.stdout.write("\n")
     return 0
 
 
-def from_json(line: str) -> tuple[Window, list[str]]:
-    """The ``Window`` and the task ids printed by ``main``."""
+def _measure_overhead(client: Any, queue: str, payload: dict[str, Any]) -> dict:
+    import httpx  # the client's own dependency: this runs with the project's interpreter
+
+    bare = httpx.Client(
+        base_url=os.environ["TASKFORGE_API_URL"],
+        headers={"Authorization": f"Bearer {os.environ['TASKFORGE_API_KEY']}", "Content-Type": "application/json"},
+    )
+    body = json.dumps({"payload": payload}).encode()
+    path = f"/queues/{queue}/tasks"
+    try:
+        return client_overhead(
+            lambda: client.enqueue(queue, payload)["id"],
+            lambda: bare.post(path, content=body).json()["id"],
+            OVERHEAD_CALLS,
+            OVERHEAD_ROUNDS,
+        )
+    finally:
+        bare.close()
+
+
+def from_json(line: str) -> tuple[Window, list[str], dict | None]:
+    """The ``Window``, the task ids and the client overhead (when measured) printed by ``main``."""
     data = json.loads(line)
     ids = data.pop("ids")
-    return Window(**data), ids
+    overhead = data.pop("overhead", None)
+    return Window(**data), ids, overhead
 
 
 if __name__ == "__main__":

@@ -17,14 +17,25 @@ from bench.procs import ROOT
 
 QUEUE = "bench_w0"
 RATE = "enqueue tasks/s (Python client, 1 producer)"
+CLIENT_CPU = "producer CPU per enqueue: TaskForgeClient"
+BARE_CPU = "producer CPU per enqueue: bare httpx"
+OVERHEAD = "client overhead over bare httpx"
 RATIO_TARGETS: dict[str, tuple[str, float] | None] = {"Celery": (">=", 0.6), "Huey": None, "PgQueuer": (">=", 0.6)}
 
 
-def run_taskforge_producer(ctx: Context, queue: str, seconds: float) -> tuple[sequential.Window, list[str]]:
-    """TaskForge's client enqueues one task per request, back to back, from its own process."""
+def run_taskforge_producer(
+    ctx: Context, queue: str, seconds: float, *, overhead: bool = False
+) -> tuple[sequential.Window, list[str], dict | None]:
+    """TaskForge's client enqueues one task per request, back to back, from its own process.
+
+    With ``overhead``, the producer then also measures the client's own CPU
+    per call against a bare httpx request (``sequential.client_overhead``).
+    """
     env = ctx.stack.env(TASKFORGE_API_URL=ctx.stack.api_url, TASKFORGE_API_KEY=ctx.stack.keys["producer"])
     argv = [ctx.stack.python, "-m", "bench.sequential", "--queue", queue, "--seconds", str(seconds)]
-    timeout = seconds + sequential.WARMUP_SECONDS + 60
+    if overhead:
+        argv.append("--overhead")
+    timeout = seconds + sequential.WARMUP_SECONDS + 120
     done = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout, check=False)
     if done.returncode != 0:
         raise RuntimeError(f"the sequential producer failed:\n{done.stderr[-3000:]}")
@@ -35,13 +46,17 @@ def w0(ctx: Context, run: int) -> None:
     cfg = ctx.cfg
     ctx.stack.reset_state()
     api_cpu = ctx.stack.api_cpu_seconds()
-    window, ids = run_taskforge_producer(ctx, QUEUE, cfg.w0_seconds)
+    window, ids, overhead = run_taskforge_producer(ctx, QUEUE, cfg.w0_seconds, overhead=True)
     api_cpu = ctx.stack.api_cpu_seconds() - api_cpu
     _check_stored(ctx, len(ids))
     ctx.figures.add("W0", RATE, window.rate)
     ctx.figures.add("W0", "enqueue p50", percentile(window.latencies_ms, 50))
     ctx.figures.add("W0", "enqueue p99", percentile(window.latencies_ms, 99))
-    ctx.figures.add("W0", "API CPU per task", api_cpu * 1000 / window.total_calls)
+    ctx.figures.add("W0", "API CPU per task", api_cpu * 1000 / len(ids))  # the overhead rounds' enqueues too
+    assert overhead is not None
+    ctx.figures.add("W0", CLIENT_CPU, overhead["client_cpu_ms"])
+    ctx.figures.add("W0", BARE_CPU, overhead["bare_cpu_ms"])
+    ctx.figures.add("W0", OVERHEAD, overhead["overhead_ms"])
 
     problems = []
     for entry in peers.in_run(ctx):
@@ -83,6 +98,10 @@ def define(ctx: Context) -> None:
     f.define("W0", "enqueue p50", "ms")
     f.define("W0", "enqueue p99", "ms", ("<=", 3))
     f.define("W0", "API CPU per task", "ms", note="user+system CPU of the gunicorn workers / requests")
+    rounds = f"{sequential.OVERHEAD_ROUNDS} rounds of {sequential.OVERHEAD_CALLS}, alternating"
+    f.define("W0", CLIENT_CPU, "ms", note=rounds)
+    f.define("W0", BARE_CPU, "ms", note="the same POST with httpx.Client, JSON decoded")
+    f.define("W0", OVERHEAD, "ms", ("<=", 0.15), note="difference of the two medians")
     for name, target in RATIO_TARGETS.items():
         f.define("W0", f"{name} enqueue tasks/s (1 producer)", "tasks/s")
         f.define("W0", f"{name} enqueue p99", "ms")

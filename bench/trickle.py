@@ -41,7 +41,7 @@ def w8(ctx: Context, run: int) -> None:
     # One task first: once it is done, both workers are up and long-polling.
     warmup_id = ctx.preload(QUEUE, 1)
     ctx.wait_drained(queue_id, workers, peer.READY_TIMEOUT_SECONDS)
-    window, ids = run_taskforge_producer(ctx, QUEUE, cfg.w8_seconds)
+    window, ids, _ = run_taskforge_producer(ctx, QUEUE, cfg.w8_seconds)
     done = done_between(ctx, window.started, window.ended)
     ctx.wait_drained(queue_id, workers, cfg.drain_timeout)
     ctx.stop_workers(workers)

@@ -6,6 +6,7 @@ import dataclasses
 import json
 import math
 import time
+from collections.abc import Callable
 
 import pytest
 
@@ -112,10 +113,30 @@ def test_sequential_window_survives_its_json_line():
     window = sequential.Window(calls=2, started=10.0, ended=12.0, latencies_ms=[1.0, 2.0], total_calls=3)
     summary = dataclasses.asdict(window)
     summary["ids"] = summary.pop("results") or ["a", "b", "c"]
-    parsed, ids = sequential.from_json(json.dumps(summary))
-    assert parsed == window and ids == ["a", "b", "c"]
+    parsed, ids, overhead = sequential.from_json(json.dumps(summary))
+    assert parsed == window and ids == ["a", "b", "c"] and overhead is None
     assert parsed.rate == 1.0
     assert sequential.Window().rate == 0.0
+    summary["overhead"] = {"client_cpu_ms": 0.5, "bare_cpu_ms": 0.6, "overhead_ms": -0.1}
+    assert sequential.from_json(json.dumps(summary))[2] == summary["overhead"]
+
+
+def test_client_overhead_alternates_rounds_and_keeps_every_id():
+    order: list[str] = []
+
+    def call(name: str, spin: int) -> Callable[[], str]:
+        def one() -> str:
+            sum(range(spin))  # CPU, which the measure reads
+            order.append(name)
+            return f"{name}-{len(order)}"
+
+        return one
+
+    measured = sequential.client_overhead(call("client", 20_000), call("bare", 2_000), calls=20, rounds=3)
+    assert order == (["client"] * 20 + ["bare"] * 20) * 3
+    assert len(measured["ids"]) == 120 and len(set(measured["ids"])) == 120
+    assert measured["client_cpu_ms"] > measured["bare_cpu_ms"] > 0
+    assert measured["overhead_ms"] == measured["client_cpu_ms"] - measured["bare_cpu_ms"]
 
 
 def test_not_measured_figures_are_reported_with_their_reason():
