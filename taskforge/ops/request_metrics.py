@@ -62,6 +62,20 @@ class RequestMetricsBefore(PrometheusBeforeMiddleware):
 
 
 class RequestMetricsAfter(PrometheusAfterMiddleware):
+    # Every request looks up about ten labelled series; prometheus_client checks the
+    # label names and takes a lock for each lookup. The series a label set names never
+    # changes (nothing here removes one), so each is looked up once per process.
+    _series: dict[tuple[int, tuple[tuple[str, Any], ...]], Any] = {}
+
+    def label_metric(self, metric: Any, request: Any, response: Any = None, **labels: Any) -> Any:
+        if not labels:
+            return metric
+        key = (id(metric), tuple(labels.items()))
+        series = self._series.get(key)
+        if series is None:
+            series = self._series[key] = metric.labels(**labels)
+        return series
+
     def process_request(self, request: HttpRequest) -> None:
         if _repeated_attempt(request):
             request.prometheus_after_middleware_event = Time()  # type: ignore[attr-defined]

@@ -16,13 +16,32 @@ from __future__ import annotations
 
 from typing import Any
 
+import psycopg
 from django.db.backends.postgresql import base
+from psycopg import pq
 from psycopg_pool import ConnectionPool
+
+
+def _ping(conn: Any) -> None:
+    """psycopg_pool's check (one empty query) sent by libpq directly.
+
+    The same round trip, which is what finds a backend terminated a moment
+    ago, without the cursor, the query conversion and the result objects
+    psycopg builds around it: about 30 us of CPU on every checkout. A dead
+    connection is left in libpq's bad state, so the pool discards it.
+    """
+    if conn.pgconn.transaction_status != pq.TransactionStatus.IDLE:
+        ConnectionPool.check_connection(conn)  # not expected at checkout; psycopg's own check knows what to do
+        return
+    result = conn.pgconn.exec_(b"")
+    if result.status != pq.ExecStatus.EMPTY_QUERY:
+        message = (result.error_message or conn.pgconn.error_message or b"").decode(errors="replace").strip()
+        raise psycopg.OperationalError(f"the connection failed its check: {message or result.status.name}")
 
 
 def check_connection(conn: Any) -> None:
     try:
-        ConnectionPool.check_connection(conn)
+        _ping(conn)
     except Exception:
         # psycopg_pool marks the connection it is handing out with its pool.
         pool = getattr(conn, "_pool", None)

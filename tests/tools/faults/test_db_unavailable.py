@@ -13,6 +13,7 @@ from django.db import connection, connections
 
 from queues.apikeys import create_key
 from taskforge.http.errors import connection_lost, exception_handler
+from taskforge.infra.postgres.base import check_connection
 
 
 @pytest.mark.parametrize("error", [db.OperationalError, db.InterfaceError])
@@ -68,6 +69,24 @@ def test_when_every_pooled_connection_dies_the_next_checkout_gets_a_fresh_one():
     later.start()
     later.join()
     assert answers == [(42,)]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_checkout_check_refuses_a_connection_whose_backend_was_just_terminated():
+    """The check sends its empty query through libpq itself: it must still catch a backend killed a moment ago."""
+    connection.ensure_connection()  # this thread's own connection does the killing
+    pool = connection.pool
+    conn = pool.getconn()
+    try:
+        check_connection(conn)  # alive: no error
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_terminate_backend(%s)", [conn.info.backend_pid])
+        with pytest.raises(psycopg.OperationalError):
+            check_connection(conn)
+        assert conn.closed  # the pool discards it when it comes back
+    finally:
+        pool.putconn(conn)
+        connection.close()
 
 
 @pytest.mark.slow
