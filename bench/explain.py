@@ -21,7 +21,7 @@ def main(queue_name: str) -> dict[str, str]:
     from django.conf import settings
     from django.db import connection, transaction
 
-    from queues.lifecycle import statements
+    from queues.lifecycle import claim_statements
     from queues.models import Queue
     from queues.telemetry import stats
 
@@ -40,10 +40,12 @@ def main(queue_name: str) -> dict[str, str]:
         cursor.execute("SELECT id FROM tf_task WHERE queue_id = %s AND status = 'pending' LIMIT 50", [queue.id])
         ids = [row[0] for row in cursor.fetchall()]
     params["queue_id"] = queue.id
-    to_explain.append(("claim 50, Postgres fallback (ordered scan)", statements.CLAIM_FROM_ONE_QUEUE, params))
+    to_explain.append(("claim 50, Postgres fallback (ordered scan)", claim_statements.CLAIM_FROM_ONE_QUEUE, params))
     by_id = {**params, "task_ids": ids}
-    to_explain.append(("claim 50 by id (ids from the Redis lanes)", statements.CLAIM_BY_IDS_FROM_ONE_QUEUE, by_id))
-    to_explain.append(("claim 50 from any queue, Postgres fallback", statements.CLAIM_FROM_QUEUES, params))
+    to_explain.append(
+        ("claim 50 by id (ids from the Redis lanes)", claim_statements.CLAIM_BY_IDS_FROM_ONE_QUEUE, by_id)
+    )
+    to_explain.append(("claim 50 from any queue, Postgres fallback", claim_statements.CLAIM_FROM_QUEUES, params))
     for name in ("_DEPTHS", "_ACTIVE", "_FINISHED", "_RATES"):
         sql = getattr(stats, name, None)
         if sql:

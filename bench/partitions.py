@@ -245,7 +245,7 @@ def reads(dsn: str, rows: int = 1_000_000, runs: int = 60) -> dict[str, Any]:
 def probe_by_id(conn: psycopg.Connection[Any], ids: list[uuid.UUID], rounds: int = 7) -> dict[str, Any]:
     """Primary-key probes on the plain and the partitioned table, taking turns; medians of ``rounds``."""
     tables = ("tf_task", "tf_task_by_day")
-    # Many ids in one statement, as the claim by ids probes them (statements.CLAIM_BY_IDS_*)...
+    # Many ids in one statement, as the claim by ids probes them (claim_statements.CLAIM_BY_IDS_*)...
     batch = (
         "SELECT count(*) FROM unnest(%s::uuid[]) AS wanted(id)"
         " CROSS JOIN LATERAL (SELECT 1 FROM {table} x WHERE x.id = wanted.id OFFSET 0) t"

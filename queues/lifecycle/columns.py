@@ -1,4 +1,5 @@
-"""The columns every lifecycle statement returns for a task (tf_task has no others)."""
+"""What every lifecycle statement shares: the columns it returns for a task (tf_task has no others)
+and the history rows a move writes."""
 
 from __future__ import annotations
 
@@ -7,4 +8,19 @@ TASK_COLUMNS = """
     t.status_changed_at, t.claimed_at, t.claimed_by, t.heartbeat_at, t.lease_token,
     t.lease_expires_at, t.attempts, t.max_retries, t.last_error, t.result, t.finished_at,
     t.idempotency_key, t.request_fingerprint, t.kind, t.timeout_seconds, t.cancel_requested, t.progress
+"""
+
+# Appended to a data-modifying CTE named ``moved`` (with ``from_status``,
+# ``from_changed_at``, ``event_worker`` and ``event_detail`` columns): records one
+# history row per moved task and returns the moved rows with their timings.
+RECORD_EVENTS = """
+, events AS (
+    INSERT INTO tf_task_event (task_id, queue_id, kind, at, from_status, to_status, worker_id, detail)
+    SELECT m.id, m.queue_id, %(event_kind)s, now(), m.from_status, m.status, m.event_worker, m.event_detail
+    FROM moved m
+)
+SELECT m.*,
+       extract(epoch FROM now() - m.from_changed_at) * 1000 AS duration_ms,
+       extract(epoch FROM now() - m.claimed_at) AS execution_seconds
+FROM moved m
 """

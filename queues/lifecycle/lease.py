@@ -16,7 +16,7 @@ from django.conf import settings
 from django.db import transaction
 from psycopg.types.json import Jsonb
 
-from queues.lifecycle import statements
+from queues.lifecycle import claim_statements, statements
 from queues.lifecycle.decide import failed_attempt_outcome, is_repeated_ack, lease_expired_error, timed_out_error
 from queues.lifecycle.notify import report_on_commit
 from queues.lifecycle.reads import not_held, tasks_by_id
@@ -44,16 +44,17 @@ def claim(
     """
     if not queue_ids or limit <= 0:
         return []
+    one = len(queue_ids) == 1
     if task_ids is None:
-        sql = statements.CLAIM_FROM_ONE_QUEUE if len(queue_ids) == 1 else statements.CLAIM_FROM_QUEUES
+        sql = claim_statements.CLAIM_FROM_ONE_QUEUE if one else claim_statements.CLAIM_FROM_QUEUES
     elif scan_queue_ids:
         sql = (
-            statements.CLAIM_BY_IDS_TOPPED_UP_FROM_ONE_QUEUE
+            claim_statements.CLAIM_BY_IDS_TOPPED_UP_FROM_ONE_QUEUE
             if len(scan_queue_ids) == 1
-            else statements.CLAIM_BY_IDS_TOPPED_UP_FROM_QUEUES
+            else claim_statements.CLAIM_BY_IDS_TOPPED_UP_FROM_QUEUES
         )
     else:
-        sql = statements.CLAIM_BY_IDS_FROM_ONE_QUEUE if len(queue_ids) == 1 else statements.CLAIM_BY_IDS_FROM_QUEUES
+        sql = claim_statements.CLAIM_BY_IDS_FROM_ONE_QUEUE if one else claim_statements.CLAIM_BY_IDS_FROM_QUEUES
     with lone_statement():
         moved = fetch_rows(
             sql,

@@ -1,13 +1,15 @@
 """Every SQL statement of the lifecycle, each variant named and built once at import.
 
 Callers name the statement they run; nothing is patched into SQL when it
-runs, and the claim (the hot path) only picks one of four ready strings.
+runs, and the claim (the hot path) only picks one of six ready strings
+(``queues.lifecycle.claim_statements``).
 Benchmarks, plan tests and ``tests/integration/queues/test_statements.py``
 (which EXPLAINs every entry of ``ALL`` against the real schema) import these
 same names, so what they check is what runs.
 
-The fragments (``_TASK_COLUMNS``, ``_RECORD_EVENTS``, ``_HELD``) and the
-templates with named holes (``_CLAIM``, ``_CANCEL``, ``_REPLAY``) are private:
+The fragments (``_TASK_COLUMNS`` and ``_RECORD_EVENTS`` from
+``queues.lifecycle.columns``, ``_HELD``) and the templates with named holes
+(``_CANCEL``, ``_REPLAY``) are private:
 they exist only to write each shared part once. Every parameter is named
 (``%(name)s``), so one dict of parameters can EXPLAIN any statement.
 
@@ -19,25 +21,12 @@ same statement, so the history can never disagree with the task.
 
 from __future__ import annotations
 
-from queues.lifecycle import bulk_statements, cancel_statements, columns, decide, read_statements
+from queues.lifecycle import bulk_statements, cancel_statements, claim_statements, columns, decide, read_statements
 
 _TASK_COLUMNS = columns.TASK_COLUMNS
 
 
-# Appended to a data-modifying CTE named ``moved`` (with ``from_status``,
-# ``from_changed_at``, ``event_worker`` and ``event_detail`` columns): records one
-# history row per moved task and returns the moved rows with their timings.
-_RECORD_EVENTS = """
-, events AS (
-    INSERT INTO tf_task_event (task_id, queue_id, kind, at, from_status, to_status, worker_id, detail)
-    SELECT m.id, m.queue_id, %(event_kind)s, now(), m.from_status, m.status, m.event_worker, m.event_detail
-    FROM moved m
-)
-SELECT m.*,
-       extract(epoch FROM now() - m.from_changed_at) * 1000 AS duration_ms,
-       extract(epoch FROM now() - m.claimed_at) AS execution_seconds
-FROM moved m
-"""
+_RECORD_EVENTS = columns.RECORD_EVENTS
 
 # A lease is held by (claimed_by, lease_token) while the task is claimed or
 # executing and the lease has not expired: an expired lease is lost even
@@ -86,90 +75,7 @@ SELECT {_TASK_COLUMNS} FROM tf_task t WHERE t.queue_id = %(queue_id)s AND t.idem
 """
 
 
-# --- claim ------------------------------------------------------------------------------------
-
-# The one hand-written pick: due pending tasks of the given queues in priority
-# order (the partial index tf_task_ready holds only pending rows), skipping rows
-# another claimer holds. Holes filled below at import: where the rows come from,
-# which queues, and the extra condition of a top-up scan.
-_PICK = """
-    SELECT t.id, t.status AS from_status, t.status_changed_at AS from_changed_at
-    FROM {source}
-    WHERE {queue_filter} AND t.status = 'pending' AND t.scheduled_at <= now(){extra}
-    ORDER BY t.priority, t.scheduled_at
-    LIMIT {limit}
-    FOR UPDATE OF t SKIP LOCKED
-"""
-
-# Leases the rows of a CTE named ``picked`` in the same statement.
-_LEASE = f"""
-, moved AS (
-    UPDATE tf_task t
-    SET status = 'claimed', claimed_at = now(), claimed_by = %(worker_id)s, heartbeat_at = NULL,
-        lease_token = replace(gen_random_uuid()::text, '-', ''),
-        lease_expires_at = least(now() + make_interval(secs => %(lease_seconds)s),
-                                 now() + make_interval(secs => t.timeout_seconds)),
-        attempts = t.attempts + 1, status_changed_at = now(), updated_at = now()
-    FROM picked p
-    WHERE t.id = p.id
-    RETURNING {_TASK_COLUMNS}, p.from_status, p.from_changed_at,
-              t.claimed_by AS event_worker, NULL::text AS event_detail
-)
-{_RECORD_EVENTS}
-ORDER BY m.priority, m.scheduled_at
-"""
-
-# Without ids (the Postgres fallback) the claim scans the ready index itself.
-_SCAN = "tf_task t"
-# Ids from the Redis lanes drive the claim: a primary-key lookup per id. A plain
-# ``t.id = ANY(...)`` filter, or a plain join, let the planner walk the ready
-# index over every due pending row of the queue to honour ORDER BY, and hash them
-# (2-3 ms at a 10,000-task backlog, as soon as the statistics lag behind a burst
-# of enqueues); the subquery with OFFSET 0 is a fence that keeps one index probe
-# per id (0.2 ms). It names the id alone (the claim's WHERE checks the status): with the
-# status in it, stale statistics made the planner walk the partial ready index per id.
-_BY_IDS = """unnest(%(task_ids)s::uuid[]) AS wanted(id)
-    CROSS JOIN LATERAL (SELECT * FROM tf_task x WHERE x.id = wanted.id OFFSET 0) t"""
-# One queue is compared with "=": the ordered scan of tf_task_ready then stops at
-# the LIMIT. "= ANY" (several queues) reads every due row of them and sorts.
-_ONE_QUEUE = "t.queue_id = %(queue_id)s"
-_SOME_QUEUES = "t.queue_id = ANY(%(queue_ids)s)"
-_CLAIM_LIMIT = "%(limit)s"
-
-_PICK_SCAN_ONE = _PICK.format(source=_SCAN, queue_filter=_ONE_QUEUE, extra="", limit=_CLAIM_LIMIT)
-_PICK_SCAN_SOME = _PICK.format(source=_SCAN, queue_filter=_SOME_QUEUES, extra="", limit=_CLAIM_LIMIT)
-_PICK_IDS_ONE = _PICK.format(source=_BY_IDS, queue_filter=_ONE_QUEUE, extra="", limit=_CLAIM_LIMIT)
-_PICK_IDS_SOME = _PICK.format(source=_BY_IDS, queue_filter=_SOME_QUEUES, extra="", limit=_CLAIM_LIMIT)
-
-# Claim from one queue by scanning its ready index: stops at the LIMIT.
-CLAIM_FROM_ONE_QUEUE = "WITH picked AS (" + _PICK_SCAN_ONE + ")" + _LEASE
-# Claim from several queues by scanning: reads their due rows and sorts (a worker serving many queues).
-CLAIM_FROM_QUEUES = "WITH picked AS (" + _PICK_SCAN_SOME + ")" + _LEASE
-# Claim the ids the Redis lane proposed, in one queue: one primary-key probe per id.
-CLAIM_BY_IDS_FROM_ONE_QUEUE = "WITH picked AS (" + _PICK_IDS_ONE + ")" + _LEASE
-# Claim proposed ids that may belong to any of several queues: still one probe per id.
-CLAIM_BY_IDS_FROM_QUEUES = "WITH picked AS (" + _PICK_IDS_SOME + ")" + _LEASE
-
-# The lanes held fewer ids than the claim wants: the proposed ids (of the
-# ``queue_ids`` they came from) and, in the same statement, a scan of the
-# ``scan_queue_id(s)`` for what they leave of the limit. One round trip where a
-# claim in a trickle of tasks used to pay two (the ids, then a scan that mostly
-# finds nothing); the scan leaves out the proposed ids, which its snapshot still
-# sees as pending.
-_TOP_UP = _PICK.format(
-    source=_SCAN,
-    queue_filter="{scan_filter}",
-    extra="\n      AND t.id <> ALL(%(task_ids)s::uuid[])",
-    limit="greatest(%(limit)s - (SELECT count(*) FROM proposed), 0)",
-)
-_CLAIM_TOPPED_UP = (
-    "WITH proposed AS (" + _PICK_IDS_SOME + "), scanned AS (" + _TOP_UP + "),"
-    " picked AS (SELECT * FROM proposed UNION ALL SELECT * FROM scanned)" + _LEASE
-)
-# Proposed ids, topped up from one queue's ready index (stops at the LIMIT).
-CLAIM_BY_IDS_TOPPED_UP_FROM_ONE_QUEUE = _CLAIM_TOPPED_UP.format(scan_filter="t.queue_id = %(scan_queue_id)s")
-# Proposed ids, topped up from several queues.
-CLAIM_BY_IDS_TOPPED_UP_FROM_QUEUES = _CLAIM_TOPPED_UP.format(scan_filter="t.queue_id = ANY(%(scan_queue_ids)s)")
+# --- claim: queues.lifecycle.claim_statements ---------------------------------------------------
 
 
 # --- heartbeat, ack ---------------------------------------------------------------------------
@@ -447,7 +353,8 @@ DELETE FROM tf_task WHERE id IN (SELECT id FROM doomed) RETURNING id
 """
 
 
-#: Every named statement, name -> SQL, in the order above, then the bulk ones
+#: Every named statement, name -> SQL, in the order above, then the claim ones
+#: (``queues.lifecycle.claim_statements``), the bulk ones
 #: (``queues.lifecycle.bulk_statements``), ``cancel_statements`` and ``read_statements``,
 #: for EXPLAIN tests and benchmarks.
 ALL: dict[str, str] = {
@@ -456,6 +363,7 @@ ALL: dict[str, str] = {
         for name, value in dict(globals()).items()
         if name.isupper() and not name.startswith("_") and isinstance(value, str)
     },
+    **claim_statements.ALL,
     **bulk_statements.ALL,
     **cancel_statements.ALL,
     **read_statements.ALL,

@@ -15,7 +15,7 @@ from django.conf import settings
 from django.db import connection
 
 from queues import lifecycle
-from queues.lifecycle import statements
+from queues.lifecycle import claim_statements
 from tests.factories import QueueFactory
 
 pytestmark = pytest.mark.django_db(transaction=True)  # the tasks are committed, never analysed
@@ -76,7 +76,7 @@ def _picked_rows(plan: str) -> list[int]:
 
 def test_a_claim_by_id_probes_the_primary_key_once_per_id(backlog):
     queue, ids = backlog
-    plan = _plan(statements.CLAIM_BY_IDS_FROM_ONE_QUEUE, _params(queue, ids))
+    plan = _plan(claim_statements.CLAIM_BY_IDS_FROM_ONE_QUEUE, _params(queue, ids))
     assert "tf_task_pkey" in plan.split("CTE moved")[0], plan
     assert max(_picked_rows(plan)) <= 1, plan  # one row per probe, never the backlog
 
@@ -84,21 +84,21 @@ def test_a_claim_by_id_probes_the_primary_key_once_per_id(backlog):
 def test_a_claim_by_id_across_several_queues_still_probes_once_per_id(backlog):
     queue, ids = backlog
     other = QueueFactory(name="other")
-    plan = _plan(statements.CLAIM_BY_IDS_FROM_QUEUES, {**_params(queue, ids), "queue_ids": [queue.id, other.id]})
+    plan = _plan(claim_statements.CLAIM_BY_IDS_FROM_QUEUES, {**_params(queue, ids), "queue_ids": [queue.id, other.id]})
     assert "tf_task_pkey" in plan.split("CTE moved")[0], plan
     assert max(_picked_rows(plan)) <= 1, plan
 
 
 def test_a_one_queue_claim_stops_its_ordered_scan_at_the_limit(backlog):
     queue, _ = backlog
-    plan = _plan(statements.CLAIM_FROM_ONE_QUEUE, _params(queue, []))
+    plan = _plan(claim_statements.CLAIM_FROM_ONE_QUEUE, _params(queue, []))
     assert max(_picked_rows(plan)) <= 50, plan
 
 
 def test_a_topped_up_claim_probes_its_ids_and_stops_its_scan_at_the_limit(backlog):
     queue, ids = backlog
     params = {**_params(queue, ids[:10]), "scan_queue_id": queue.id, "scan_queue_ids": [queue.id]}
-    plan = _plan(statements.CLAIM_BY_IDS_TOPPED_UP_FROM_ONE_QUEUE, params)
+    plan = _plan(claim_statements.CLAIM_BY_IDS_TOPPED_UP_FROM_ONE_QUEUE, params)
     proposed, scanned = plan.split("CTE moved")[0].split("CTE scanned")
     assert "tf_task_pkey" in proposed, plan
     assert max(_picked_rows(proposed)) <= 1, plan

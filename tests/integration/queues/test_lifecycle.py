@@ -234,7 +234,11 @@ def test_enqueue_records_history_and_returns_created_flags(queue):
     assert TaskEvent.objects.filter(from_status__isnull=True, to_status="pending").count() == 2
 
 
-LIFECYCLE_STATEMENTS = {"queues/lifecycle/statements.py", "queues/lifecycle/bulk_statements.py"}
+LIFECYCLE_STATEMENTS = {
+    "queues/lifecycle/statements.py",
+    "queues/lifecycle/claim_statements.py",
+    "queues/lifecycle/bulk_statements.py",
+}
 
 
 def test_nothing_outside_the_lifecycle_writes_status():

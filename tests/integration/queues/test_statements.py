@@ -20,7 +20,7 @@ import pytest
 from django.db import connection
 from psycopg.types.json import Jsonb
 
-from queues.lifecycle import statements
+from queues.lifecycle import claim_statements, statements
 
 LIFECYCLE = Path(statements.__file__).resolve().parent
 
@@ -107,10 +107,15 @@ def test_the_registry_holds_every_statement_filled_in() -> None:
 def test_each_claim_variant_uses_its_own_source_and_queue_filter() -> None:
     by_ids = "unnest(%(task_ids)s::uuid[])"
     one_queue, some_queues = "t.queue_id = %(queue_id)s", "t.queue_id = ANY(%(queue_ids)s)"
-    assert by_ids not in statements.CLAIM_FROM_ONE_QUEUE and one_queue in statements.CLAIM_FROM_ONE_QUEUE
-    assert by_ids not in statements.CLAIM_FROM_QUEUES and some_queues in statements.CLAIM_FROM_QUEUES
-    assert by_ids in statements.CLAIM_BY_IDS_FROM_ONE_QUEUE and one_queue in statements.CLAIM_BY_IDS_FROM_ONE_QUEUE
-    assert by_ids in statements.CLAIM_BY_IDS_FROM_QUEUES and some_queues in statements.CLAIM_BY_IDS_FROM_QUEUES
+    assert by_ids not in claim_statements.CLAIM_FROM_ONE_QUEUE and one_queue in claim_statements.CLAIM_FROM_ONE_QUEUE
+    assert by_ids not in claim_statements.CLAIM_FROM_QUEUES and some_queues in claim_statements.CLAIM_FROM_QUEUES
+    assert (
+        by_ids in claim_statements.CLAIM_BY_IDS_FROM_ONE_QUEUE
+        and one_queue in claim_statements.CLAIM_BY_IDS_FROM_ONE_QUEUE
+    )
+    assert (
+        by_ids in claim_statements.CLAIM_BY_IDS_FROM_QUEUES and some_queues in claim_statements.CLAIM_BY_IDS_FROM_QUEUES
+    )
     for name, scan_filter in (
         ("CLAIM_BY_IDS_TOPPED_UP_FROM_ONE_QUEUE", "t.queue_id = %(scan_queue_id)s"),
         ("CLAIM_BY_IDS_TOPPED_UP_FROM_QUEUES", "t.queue_id = ANY(%(scan_queue_ids)s)"),
@@ -171,7 +176,14 @@ def test_no_lifecycle_module_assembles_sql_at_call_time(path: Path) -> None:
 
 
 # The statements modules: statements.py, and the ones whose entries it registers in ALL.
-STATEMENT_MODULES = {"statements.py", "bulk_statements.py", "cancel_statements.py", "read_statements.py"}
+STATEMENT_MODULES = {
+    "statements.py",
+    "claim_statements.py",
+    "bulk_statements.py",
+    "cancel_statements.py",
+    "read_statements.py",
+    "columns.py",  # the fragments every statement shares
+}
 
 
 @pytest.mark.parametrize("path", [p for p in _modules() if p.name not in STATEMENT_MODULES], ids=lambda path: path.name)

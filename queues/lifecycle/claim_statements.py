@@ -1,0 +1,106 @@
+"""Named statements of the claim: which due pending tasks a worker leases, in one statement each.
+
+Four plain variants (where the rows come from: the ready index or the ids the
+Redis lanes proposed; one queue or several) and two that take the proposed ids
+and top them up from the ready index. Callers pick a ready string
+(``queues.lifecycle.lease.claim``); part of ``queues.lifecycle.statements.ALL``,
+EXPLAINed by the tests with every other statement.
+"""
+
+from __future__ import annotations
+
+from queues.lifecycle import columns
+
+_TASK_COLUMNS = columns.TASK_COLUMNS
+_RECORD_EVENTS = columns.RECORD_EVENTS
+
+# The one hand-written pick: due pending tasks of the given queues in priority
+# order (the partial index tf_task_ready holds only pending rows), skipping rows
+# another claimer holds. Holes filled below at import: where the rows come from,
+# which queues, and the extra condition of a top-up scan.
+_PICK = """
+    SELECT t.id, t.status AS from_status, t.status_changed_at AS from_changed_at
+    FROM {source}
+    WHERE {queue_filter} AND t.status = 'pending' AND t.scheduled_at <= now(){extra}
+    ORDER BY t.priority, t.scheduled_at
+    LIMIT {limit}
+    FOR UPDATE OF t SKIP LOCKED
+"""
+
+# Leases the rows of a CTE named ``picked`` in the same statement.
+_LEASE = f"""
+, moved AS (
+    UPDATE tf_task t
+    SET status = 'claimed', claimed_at = now(), claimed_by = %(worker_id)s, heartbeat_at = NULL,
+        lease_token = replace(gen_random_uuid()::text, '-', ''),
+        lease_expires_at = least(now() + make_interval(secs => %(lease_seconds)s),
+                                 now() + make_interval(secs => t.timeout_seconds)),
+        attempts = t.attempts + 1, status_changed_at = now(), updated_at = now()
+    FROM picked p
+    WHERE t.id = p.id
+    RETURNING {_TASK_COLUMNS}, p.from_status, p.from_changed_at,
+              t.claimed_by AS event_worker, NULL::text AS event_detail
+)
+{_RECORD_EVENTS}
+ORDER BY m.priority, m.scheduled_at
+"""
+
+# Without ids (the Postgres fallback) the claim scans the ready index itself.
+_SCAN = "tf_task t"
+# Ids from the Redis lanes drive the claim: a primary-key lookup per id. A plain
+# ``t.id = ANY(...)`` filter, or a plain join, let the planner walk the ready
+# index over every due pending row of the queue to honour ORDER BY, and hash them
+# (2-3 ms at a 10,000-task backlog, as soon as the statistics lag behind a burst
+# of enqueues); the subquery with OFFSET 0 is a fence that keeps one index probe
+# per id (0.2 ms). It names the id alone (the claim's WHERE checks the status): with the
+# status in it, stale statistics made the planner walk the partial ready index per id.
+_BY_IDS = """unnest(%(task_ids)s::uuid[]) AS wanted(id)
+    CROSS JOIN LATERAL (SELECT * FROM tf_task x WHERE x.id = wanted.id OFFSET 0) t"""
+# One queue is compared with "=": the ordered scan of tf_task_ready then stops at
+# the LIMIT. "= ANY" (several queues) reads every due row of them and sorts.
+_ONE_QUEUE = "t.queue_id = %(queue_id)s"
+_SOME_QUEUES = "t.queue_id = ANY(%(queue_ids)s)"
+_CLAIM_LIMIT = "%(limit)s"
+
+_PICK_SCAN_ONE = _PICK.format(source=_SCAN, queue_filter=_ONE_QUEUE, extra="", limit=_CLAIM_LIMIT)
+_PICK_SCAN_SOME = _PICK.format(source=_SCAN, queue_filter=_SOME_QUEUES, extra="", limit=_CLAIM_LIMIT)
+_PICK_IDS_ONE = _PICK.format(source=_BY_IDS, queue_filter=_ONE_QUEUE, extra="", limit=_CLAIM_LIMIT)
+_PICK_IDS_SOME = _PICK.format(source=_BY_IDS, queue_filter=_SOME_QUEUES, extra="", limit=_CLAIM_LIMIT)
+
+# Claim from one queue by scanning its ready index: stops at the LIMIT.
+CLAIM_FROM_ONE_QUEUE = "WITH picked AS (" + _PICK_SCAN_ONE + ")" + _LEASE
+# Claim from several queues by scanning: reads their due rows and sorts (a worker serving many queues).
+CLAIM_FROM_QUEUES = "WITH picked AS (" + _PICK_SCAN_SOME + ")" + _LEASE
+# Claim the ids the Redis lane proposed, in one queue: one primary-key probe per id.
+CLAIM_BY_IDS_FROM_ONE_QUEUE = "WITH picked AS (" + _PICK_IDS_ONE + ")" + _LEASE
+# Claim proposed ids that may belong to any of several queues: still one probe per id.
+CLAIM_BY_IDS_FROM_QUEUES = "WITH picked AS (" + _PICK_IDS_SOME + ")" + _LEASE
+
+# The lanes held fewer ids than the claim wants: the proposed ids (of the
+# ``queue_ids`` they came from) and, in the same statement, a scan of the
+# ``scan_queue_id(s)`` for what they leave of the limit. One round trip where a
+# claim in a trickle of tasks used to pay two (the ids, then a scan that mostly
+# finds nothing); the scan leaves out the proposed ids, which its snapshot still
+# sees as pending.
+_TOP_UP = _PICK.format(
+    source=_SCAN,
+    queue_filter="{scan_filter}",
+    extra="\n      AND t.id <> ALL(%(task_ids)s::uuid[])",
+    limit="greatest(%(limit)s - (SELECT count(*) FROM proposed), 0)",
+)
+_CLAIM_TOPPED_UP = (
+    "WITH proposed AS (" + _PICK_IDS_SOME + "), scanned AS (" + _TOP_UP + "),"
+    " picked AS (SELECT * FROM proposed UNION ALL SELECT * FROM scanned)" + _LEASE
+)
+# Proposed ids, topped up from one queue's ready index (stops at the LIMIT).
+CLAIM_BY_IDS_TOPPED_UP_FROM_ONE_QUEUE = _CLAIM_TOPPED_UP.format(scan_filter="t.queue_id = %(scan_queue_id)s")
+# Proposed ids, topped up from several queues.
+CLAIM_BY_IDS_TOPPED_UP_FROM_QUEUES = _CLAIM_TOPPED_UP.format(scan_filter="t.queue_id = ANY(%(scan_queue_ids)s)")
+
+
+#: This module's statements, name -> SQL (merged into ``statements.ALL``).
+ALL: dict[str, str] = {
+    name: value
+    for name, value in dict(globals()).items()
+    if name.isupper() and not name.startswith("_") and isinstance(value, str)
+}
