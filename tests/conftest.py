@@ -6,6 +6,9 @@ except in ``tests/unit``, which runs with Postgres and Redis stopped.
 
 from __future__ import annotations
 
+import io
+import json
+import logging
 import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -126,3 +129,23 @@ def worker(client_for: Callable[[str], APIClient]) -> APIClient:
 @pytest.fixture
 def queue(db: None):  # type: ignore[no-untyped-def]
     return QueueFactory(name="email_jobs")
+
+
+@pytest.fixture
+def stdout_log() -> Iterator[Callable[[], list[dict]]]:
+    """What the configured stdout handler writes (same formatter, same filters), as parsed JSON lines.
+
+    A copy of the handler, so lines written by any thread are seen (pytest's capture sees only its own streams).
+    """
+    root = logging.getLogger()
+    (configured,) = [handler for handler in root.handlers if handler.get_name() == "stdout"]
+    buffer = io.StringIO()
+    copy = logging.StreamHandler(buffer)
+    copy.setFormatter(configured.formatter)
+    for log_filter in configured.filters:
+        copy.addFilter(log_filter)
+    root.addHandler(copy)
+    try:
+        yield lambda: [json.loads(line) for line in buffer.getvalue().splitlines() if line.startswith("{")]
+    finally:
+        root.removeHandler(copy)

@@ -183,11 +183,13 @@ def enqueue_one(name: str, read_body: Callable[[], Any]) -> tuple[int, dict[str,
     The one definition, called by :class:`TaskListView` and by the lean edge
     (``queues.api.hot``). ``read_body`` gives the parsed JSON body; it is read
     only once the queue is known (an unknown queue is a 404 whatever the body).
+    Concurrent calls into one queue share their statement and commit
+    (``lifecycle.enqueue_single``); each is answered once its task is durable.
     """
     queue = queue_or_404(name)
     data = read_body()
     fields = validate_enqueue(data)
-    ((row, created),) = lifecycle.enqueue(queue, [_new_task(fields, data)])
+    row, created = lifecycle.enqueue_single(queue, _new_task(fields, data))
     return 201 if created else 200, outputs.task(row, queue.name)
 
 

@@ -20,6 +20,7 @@ The modules, by who asks for the move:
 
 * ``statements``: every SQL statement, each variant named and built once at import.
 * ``produce``: enqueue (producers).
+* ``grouped``: concurrent single enqueues into one queue sharing one statement (group commit).
 * ``lease``: claim, heartbeat, ack, nack, lease expiry (workers and the watchdog).
 * ``operate``: promote, retry now, cancel, purge, replay, discard, delete a
   queue, prune (the scheduler, operators, producers' cancels).
@@ -37,6 +38,7 @@ Callers use the names re-exported here, never the modules.
 from __future__ import annotations
 
 from queues.lifecycle.cancelling import cancel_or_request, request_cancel
+from queues.lifecycle.grouped import enqueue_single
 from queues.lifecycle.lease import (
     AckItem,
     NackItem,
@@ -80,6 +82,7 @@ __all__ = [
     "discard",
     "discard_many",
     "enqueue",
+    "enqueue_single",
     "expire_leases",
     "fetch_rows",
     "fingerprint",

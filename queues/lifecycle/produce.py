@@ -40,7 +40,7 @@ def fingerprint(body: dict[str, Any]) -> str:
     return hashlib.sha256(orjson.dumps(body, option=orjson.OPT_SORT_KEYS)).hexdigest()
 
 
-def enqueue(queue: Queue, items: Sequence[NewTask]) -> list[tuple[Row, bool]]:
+def enqueue(queue: Queue, items: Sequence[NewTask], *, report: bool = True) -> list[tuple[Row, bool]]:
     """Create tasks; return ``(task, created)`` per item, in order.
 
     1. One multi-row INSERT; an ``idempotency_key`` that already exists in the
@@ -49,9 +49,12 @@ def enqueue(queue: Queue, items: Sequence[NewTask]) -> list[tuple[Row, bool]]:
     2. Skipped items are answered with the existing task, or a 409 when the
        key was used with another body. The whole call is one transaction
        (without keys, one statement in autocommit: see ``rows.lone_statement``).
+
+    ``report=False`` leaves the transitions' log lines and counters to the
+    caller (``grouped``: each request reports its own task, in its own context).
     """
     try:
-        return _enqueue(queue, items)
+        return _enqueue(queue, items, report)
     except IntegrityError as exc:
         # The queue row came from a per-process copy (queues.api.lookups) and was deleted
         # since; the foreign key is checked at commit.
@@ -60,7 +63,7 @@ def enqueue(queue: Queue, items: Sequence[NewTask]) -> list[tuple[Row, bool]]:
         raise
 
 
-def _enqueue(queue: Queue, items: Sequence[NewTask]) -> list[tuple[Row, bool]]:
+def _enqueue(queue: Queue, items: Sequence[NewTask], report: bool) -> list[tuple[Row, bool]]:
     keys = [item.idempotency_key for item in items if item.idempotency_key is not None]
     ids = [uuid.uuid4() for _ in items]
     # Without keys the insert is the whole move; with them, the read of the tasks the keys
@@ -105,6 +108,7 @@ def _enqueue(queue: Queue, items: Sequence[NewTask]) -> list[tuple[Row, bool]]:
             results.append((found, False))
         if inserted:
             transaction.on_commit(lambda: announce.announce(queue, inserted))
-        report_on_commit(inserted)
+        if report:
+            report_on_commit(inserted)
     failpoint("enqueue.after_commit")
     return results

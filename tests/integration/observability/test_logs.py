@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import io
 import json
-import logging
 import re
 import signal
 import time
-from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -27,23 +24,6 @@ def json_lines(text: str) -> list[dict]:
 
 def events(lines: list[dict], event: str) -> list[dict]:
     return [line for line in lines if line.get("event") == event]
-
-
-@pytest.fixture
-def stdout_log() -> Iterator[Callable[[], list[dict]]]:
-    """What the configured stdout handler writes (same formatter, same filters), parsed."""
-    root = logging.getLogger()
-    (configured,) = [handler for handler in root.handlers if handler.get_name() == "stdout"]
-    buffer = io.StringIO()
-    copy = logging.StreamHandler(buffer)
-    copy.setFormatter(configured.formatter)
-    for log_filter in configured.filters:
-        copy.addFilter(log_filter)
-    root.addHandler(copy)
-    try:
-        yield lambda: json_lines(buffer.getvalue())
-    finally:
-        root.removeHandler(copy)
 
 
 @pytest.mark.django_db
