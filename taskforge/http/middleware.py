@@ -21,6 +21,7 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from taskforge.http.errors import error_body
 from taskforge.infra import rowcache
 from taskforge.ops.client_address import address_of
+from taskforge.ops.logs import log_line
 
 request_id_var: contextvars.ContextVar[str | None] = contextvars.ContextVar("request_id", default=None)
 
@@ -98,14 +99,11 @@ def log_access(method: str, path: str, status: int, started: float) -> None:
     """The access log line of one answered request (``started``: its ``time.perf_counter()``)."""
     duration_ms = round((time.perf_counter() - started) * 1000, 1)
     # A 5xx is something to look at; everything else is routine.
-    access_log.log(
+    log_line(
+        access_log,
         logging.WARNING if status >= 500 else logging.INFO,
-        "%s %s %s (%.1f ms)",
-        method,
-        path,
-        status,
-        duration_ms,
-        extra={"event": "http.request", "method": method, "path": path, "status": status, "duration_ms": duration_ms},
+        f"{method} {path} {status} ({duration_ms:.1f} ms)",
+        {"event": "http.request", "method": method, "path": path, "status": status, "duration_ms": duration_ms},
     )
 
 
