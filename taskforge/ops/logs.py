@@ -28,7 +28,7 @@ from pythonjsonlogger.orjson import OrjsonFormatter as _JsonFormatter
 logging._srcfile = None
 logging.logThreads = False
 logging.logMultiprocessing = False
-logging.logAsyncioTasks = False
+logging.logAsyncioTasks = False  # type: ignore[attr-defined]  # Python 3.12+, not in the stubs yet
 
 
 def _iso_utc(record: logging.LogRecord) -> str:
