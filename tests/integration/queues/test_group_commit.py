@@ -99,15 +99,21 @@ def _blocked_on_lock(queue: Queue) -> bool:
     return bool(count)
 
 
-def test_requests_arriving_while_a_statement_runs_share_the_next_one():
-    queue = QueueFactory(name="grouped")
-    connection.close()
+def _plain_enqueue(queue: Queue) -> Callable[[str], tuple[lifecycle.Row, bool]]:
+    """An enqueue into ``queue`` without a key, its payload naming who made it."""
 
     def enqueue(name: str) -> tuple[lifecycle.Row, bool]:
         return lifecycle.enqueue_single(queue, lifecycle.NewTask(payload={"from": name}))
 
+    return enqueue
+
+
+def test_requests_arriving_while_a_statement_runs_share_the_next_one():
+    queue = QueueFactory(name="grouped")
+    connection.close()
+
     with queue_row_locked(queue) as other:
-        results, join = _leader_then_followers(queue, enqueue)
+        results, join = _leader_then_followers(queue, _plain_enqueue(queue))
         other.rollback()  # the leader's statement goes on
     join()
 
@@ -127,11 +133,8 @@ def test_a_failed_shared_statement_fails_every_request_it_carried_and_writes_not
     queue = QueueFactory(name="grouped-gone")
     connection.close()
 
-    def enqueue(name: str) -> tuple[lifecycle.Row, bool]:
-        return lifecycle.enqueue_single(queue, lifecycle.NewTask(payload={"from": name}))
-
     with queue_row_locked(queue) as other:
-        results, join = _leader_then_followers(queue, enqueue)
+        results, join = _leader_then_followers(queue, _plain_enqueue(queue))
         other.execute("DELETE FROM tf_queue WHERE id = %s", [queue.id])
         other.commit()  # the queue is gone under the statement in flight and the one waiting
     join()
