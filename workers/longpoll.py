@@ -178,10 +178,16 @@ async def long_poll(
     """Run attempts until one answers, waiting for the doorbell between them.
 
     1. The first attempt runs unregistered: a claim that finds work never
-       touches the doorbell hub.
+       waits on the doorbell hub (it only notes where the hub's hearing stood
+       before the attempt, :meth:`~queues.dispatch.doorbell.Hub.mark`).
     2. One that must wait registers with the hub (subscribed to the doorbell
        channel) and tries again at once: a bell that rang between the first
-       attempt and the registration would otherwise be lost.
+       attempt and the registration would otherwise be lost. A claim whose
+       hub was listening all along and heard no claim bell since that mark
+       skips this attempt and waits (in a trickle, where every new task is
+       claimed by one poll and the next poll begins at once, that attempt
+       found nothing almost every time). A wait for a task's result always
+       makes it: the task's channel is subscribed only at the registration.
     3. Each later attempt clears the waiter's event first, so a bell that
        rings during the attempt counts.
     4. A wait ends on a bell, on a rate-limited queue's next token, on the
@@ -198,6 +204,7 @@ async def long_poll(
         waiter: doorbell.Waiter | None = None
         deadline = 0.0
         kind = FIRST
+        heard = doorbell.hub().mark()
         while True:
             if waiter is not None:
                 waiter.event.clear()
@@ -212,7 +219,8 @@ async def long_poll(
                 waiter = await stack.enter_async_context(hub.waiter(wait.queue, wait.max_tasks, task_id=wait.task_id))
                 deadline = loop.time() + wait.wait_seconds
                 kind = AGAIN
-                continue
+                if wait.task_id is not None or not hub.heard_nothing_since(heard):
+                    continue
             timeout = min(deadline - loop.time(), hub.recheck_seconds)
             if wait.retry_after is not None:
                 timeout = min(timeout, max(wait.retry_after, 0.01))

@@ -148,6 +148,23 @@ class Hub:
         self._pubsub: aioredis.client.PubSub | None = None
         # Whether it is sharded pub/sub (on a Cluster).
         self._sharded = False
+        # Claim bells heard, and changes of the subscription (see mark()).
+        self._heard = 0
+
+    def mark(self) -> int | None:
+        """Where the hub's hearing stands now, to ask :meth:`heard_nothing_since` later; None: not listening.
+
+        A claim takes a mark before its first attempt: if, once it waits, the
+        hub has been listening all along and has heard no claim bell since,
+        no task can have arrived unheard meanwhile (a task is announced after
+        its commit, so one committed before the attempt read was there to be
+        claimed), and the claim waits for the next bell instead of trying
+        again at once.
+        """
+        return self._heard if self.connected else None
+
+    def heard_nothing_since(self, mark: int | None) -> bool:
+        return mark is not None and self.connected and self._heard == mark
 
     @property
     def recheck_seconds(self) -> float:
@@ -221,6 +238,7 @@ class Hub:
                 await _subscribe(pubsub, [claims, *followed], sharded=sharded)
                 self._pubsub, self._sharded = pubsub, sharded
                 self.connected = True
+                self._heard += 1
                 self._settled.set()
                 backoff = 0.2
                 # Waiters that arrived while we subscribed.
@@ -235,6 +253,7 @@ class Hub:
                     kind = message.get("type")
                     if kind in ("message", "smessage"):
                         if message["channel"] == claims_bytes:
+                            self._heard += 1
                             self._wake(*_parse(message["data"]))
                         else:
                             self._wake_task(message["channel"].decode().rpartition(":")[2])
@@ -244,6 +263,7 @@ class Hub:
                 if self.connected:
                     logger.warning("doorbell subscription lost: %s", exc, extra={"event": "wakeup.disconnected"})
                 self.connected = False
+                self._heard += 1
                 self._pubsub = None
                 self._settled.set()
                 self._wake_all()  # let waiters fall back to polling Postgres
