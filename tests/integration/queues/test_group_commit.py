@@ -18,7 +18,6 @@ from typing import Any
 
 import psycopg
 import pytest
-from django.conf import settings
 from django.db import connection, connections, transaction
 
 from queues import lifecycle
@@ -26,6 +25,7 @@ from queues.errors import QueueNotFound
 from queues.lifecycle import grouped
 from queues.models import Queue, Task
 from taskforge.http.middleware import request_id_var
+from tests import live
 from tests.factories import QueueFactory
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -33,15 +33,10 @@ pytestmark = pytest.mark.django_db(transaction=True)
 FOLLOWERS = 4
 
 
-def _dsn() -> str:
-    db = settings.DATABASES["default"]
-    return f"host={db['HOST']} port={db['PORT']} dbname={db['NAME']} user={db['USER']}"
-
-
 @contextmanager
 def queue_row_locked(queue: Queue) -> Iterator[psycopg.Connection[Any]]:
     """Another session holds the queue row for update: an insert into the queue waits at its FK check."""
-    with psycopg.connect(_dsn()) as other:
+    with psycopg.connect(live.test_database_url()) as other:
         other.execute("SELECT 1 FROM tf_queue WHERE id = %s FOR UPDATE", [queue.id])
         yield other
 
@@ -76,7 +71,7 @@ def _leader_then_followers(queue: Queue, enqueue: Callable[[str], Any]) -> tuple
     """Start one enqueue that blocks in its statement, then FOLLOWERS more; return their results and a joiner."""
     results: dict[str, Any] = {}
     threads = [_start(lambda: enqueue("leader"), results, "leader")]
-    _until(lambda: _blocked_on_lock(queue))
+    _until(lambda: _lock_waiters() == 1)
     for index in range(FOLLOWERS):
         name = f"follower-{index}"
         threads.append(_start(lambda name=name: enqueue(name), results, name))  # type: ignore[misc]
@@ -90,13 +85,14 @@ def _leader_then_followers(queue: Queue, enqueue: Callable[[str], Any]) -> tuple
     return results, join
 
 
-def _blocked_on_lock(queue: Queue) -> bool:
+def _lock_waiters() -> int:
+    """Sessions of this test database waiting for a lock (the enqueues held at the queue row)."""
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%%tf_task%%'"
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'"
         )
         (count,) = cursor.fetchone()
-    return bool(count)
+    return int(count)
 
 
 def _plain_enqueue(queue: Queue) -> Callable[[str], tuple[lifecycle.Row, bool]]:
@@ -178,7 +174,7 @@ def test_an_enqueue_with_an_idempotency_key_does_not_wait_for_a_group():
     results: dict[str, Any] = {}
     with queue_row_locked(queue) as other:
         blocked = _start(lambda: lifecycle.enqueue_single(queue, lifecycle.NewTask(payload={"n": 0})), results, "plain")
-        _until(lambda: _blocked_on_lock(queue))
+        _until(lambda: _lock_waiters() == 1)
         key = uuid.uuid4().hex
         keyed = _start(
             lambda: lifecycle.enqueue_single(
@@ -195,10 +191,3 @@ def test_an_enqueue_with_an_idempotency_key_does_not_wait_for_a_group():
     keyed.join(30)
     assert results["plain"][1] is True and results["keyed"][1] is True
     assert results["keyed"][0]["idempotency_key"] == key
-
-
-def _lock_waiters() -> int:
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'")
-        (count,) = cursor.fetchone()
-    return int(count)
