@@ -7,7 +7,7 @@ Every class is a ``TaskForgeError`` carrying ``.code``, ``.status``,
 
 from __future__ import annotations
 
-import httpx
+from typing import Any, Protocol
 
 __all__ = [
     "Conflict",
@@ -139,7 +139,22 @@ _BY_STATUS: dict[int, type[TaskForgeError]] = {
 }
 
 
-def error_from_response(response: httpx.Response) -> TaskForgeError:
+class ErrorAnswer(Protocol):
+    """What an error answer must offer: httpx's ``Response`` does, and the client's own ``Answer``."""
+
+    @property
+    def status_code(self) -> int: ...
+
+    @property
+    def reason_phrase(self) -> str: ...
+
+    @property
+    def text(self) -> str: ...
+
+    def json(self) -> Any: ...
+
+
+def error_from_response(response: ErrorAnswer) -> TaskForgeError:
     """The exception for an error answer, chosen by the body's code, else by the status."""
     fields: dict[str, list[str]] | None
     try:

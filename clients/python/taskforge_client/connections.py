@@ -1,0 +1,152 @@
+"""Keep-alive HTTP/1.1 connections to one TaskForge API, over the standard library's ``http.client``.
+
+The client's calls are small JSON requests to one origin, and a producer or
+worker makes them one after another. httpx (its request and response
+models, its connection pool, h11's parser) spends about 0.5-0.7 ms of CPU on
+each such call; ``http.client`` over a reused socket about 0.25 ms
+(docs/performance.md, "The Python client"). So a client whose base URL is
+plain ``http://``, with no transport of its own and no proxy set in the
+environment, sends through this pool; every other client (``https://``, a
+proxy, a custom ``transport``) goes through httpx, which knows trust stores
+and proxies the way users expect it to (``lean_pool_for``).
+
+* Connections are reused, most recently returned first, by any thread: one
+  connection is used by one call at a time.
+* An idle connection the server has closed meanwhile (its keep-alive timeout)
+  is readable: it is dropped before use, as httpcore drops its own, instead
+  of failing the call that picks it.
+* ``timeout`` bounds connecting and each read and write on the socket, the
+  meaning of httpx's single-number timeout.
+* A failed call closes its connection; the error (an ``OSError`` or an
+  ``http.client.HTTPException``) is the caller's to map.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import select
+import threading
+import urllib.request
+from collections.abc import Mapping
+from typing import Any
+from urllib.parse import urlsplit
+
+__all__ = ["TRANSPORT_ERRORS", "Answer", "ConnectionPool", "lean_pool_for"]
+
+# What a call through the pool raises when no complete answer came back.
+TRANSPORT_ERRORS = (OSError, http.client.HTTPException)
+MAX_IDLE_CONNECTIONS = 20  # httpx's default keep-alive limit
+BODILESS_METHODS_THAT_SEND_A_LENGTH = frozenset({"POST", "PUT", "PATCH"})
+
+
+class Answer:
+    """An HTTP answer with the parts of httpx's ``Response`` the client reads."""
+
+    __slots__ = ("content", "headers", "reason_phrase", "status_code")
+
+    def __init__(self, status_code: int, reason_phrase: str, headers: http.client.HTTPMessage, content: bytes):
+        self.status_code = status_code
+        self.reason_phrase = reason_phrase
+        self.headers = headers  # case-insensitive ``get``, as httpx's headers
+        self.content = content
+
+    @property
+    def is_success(self) -> bool:
+        return 200 <= self.status_code < 300
+
+    @property
+    def text(self) -> str:
+        return self.content.decode("utf-8", "replace")
+
+    def json(self) -> Any:
+        return json.loads(self.content)
+
+
+class ConnectionPool:
+    """Keep-alive connections to one ``http://`` origin; thread-safe."""
+
+    def __init__(self, host: str, port: int, headers: Mapping[str, str], *, max_idle: int = MAX_IDLE_CONNECTIONS):
+        self.host = host
+        self.port = port
+        self._headers = tuple(headers.items())
+        self._max_idle = max_idle
+        self._idle: list[http.client.HTTPConnection] = []
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def request(self, method: str, target: str, body: bytes | None, timeout: float) -> Answer:
+        """Send one request (``body`` is JSON) and read its whole answer."""
+        connection = self._checkout(timeout)
+        try:
+            connection.putrequest(method, target, skip_accept_encoding=True)
+            for name, value in self._headers:
+                connection.putheader(name, value)
+            if body is not None:
+                connection.putheader("Content-Type", "application/json")
+                connection.putheader("Content-Length", str(len(body)))
+            elif method in BODILESS_METHODS_THAT_SEND_A_LENGTH:
+                connection.putheader("Content-Length", "0")
+            connection.endheaders(body)  # headers and a small body leave in one send
+            response = connection.getresponse()
+            content = response.read()
+        except BaseException:
+            connection.close()
+            raise
+        if response.will_close:  # the server said Connection: close, or answered HTTP/1.0
+            connection.close()
+        else:
+            self._checkin(connection)
+        return Answer(response.status, response.reason, response.msg, content)
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            idle, self._idle = self._idle, []
+        for connection in idle:
+            connection.close()
+
+    def _checkout(self, timeout: float) -> http.client.HTTPConnection:
+        while True:
+            with self._lock:
+                connection = self._idle.pop() if self._idle else None
+            if connection is None:
+                return http.client.HTTPConnection(self.host, self.port, timeout=timeout)
+            if _closed_by_peer(connection):
+                connection.close()
+                continue
+            connection.timeout = timeout
+            if connection.sock is not None:
+                connection.sock.settimeout(timeout)
+            return connection
+
+    def _checkin(self, connection: http.client.HTTPConnection) -> None:
+        with self._lock:
+            if not self._closed and len(self._idle) < self._max_idle:
+                self._idle.append(connection)
+                return
+        connection.close()
+
+
+def _closed_by_peer(connection: http.client.HTTPConnection) -> bool:
+    """An idle keep-alive socket with something to read has been closed (or broken) by the server."""
+    sock = connection.sock
+    if sock is None:
+        return True
+    if not hasattr(select, "poll"):  # Windows; select() is fine there for one socket
+        return bool(select.select([sock], [], [], 0)[0])
+    poller = select.poll()  # select() refuses descriptors past 1023; poll() does not
+    poller.register(sock, select.POLLIN)
+    return bool(poller.poll(0))
+
+
+def lean_pool_for(base_url: str, headers: Mapping[str, str]) -> ConnectionPool | None:
+    """A pool for ``base_url`` when it is plain HTTP with no proxy from the environment, else None (use httpx)."""
+    parts = urlsplit(base_url)
+    if parts.scheme != "http" or not parts.hostname:
+        return None
+    proxies = urllib.request.getproxies_environment()
+    proxied = proxies.get("http") or proxies.get("all")
+    if proxied and not urllib.request.proxy_bypass(parts.hostname):
+        return None
+    return ConnectionPool(parts.hostname, parts.port or 80, headers)
