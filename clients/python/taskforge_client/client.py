@@ -105,7 +105,8 @@ class TaskForgeClient:
             self._http = httpx.Client(
                 base_url=self.base_url, timeout=httpx.Timeout(self.timeout), headers=headers, transport=transport
             )
-        self._path_prefix = urlsplit(self.base_url).path  # an API served under /taskforge keeps it
+        # An API served under a path (/taskforge) keeps it, percent-encoded as a request line needs.
+        self._path_prefix = quote(urlsplit(self.base_url).path, safe="/%!$&'()*+,;=:@-._~")
         self._urls: dict[str, httpx.URL] = {}
 
     # -- lifecycle ---------------------------------------------------------

@@ -11,7 +11,8 @@ proxy, a custom ``transport``) goes through httpx, which knows trust stores
 and proxies the way users expect it to (``lean_pool_for``).
 
 * Connections are reused, most recently returned first, by any thread: one
-  connection is used by one call at a time.
+  connection is used by one call at a time. Each request is written in one
+  piece; answers are parsed by ``http.client``.
 * An idle connection the server has closed meanwhile (its keep-alive timeout)
   is readable: it is dropped before use, as httpcore drops its own, instead
   of failing the call that picks it.
@@ -26,6 +27,7 @@ from __future__ import annotations
 import http.client
 import json
 import select
+import socket
 import threading
 import urllib.request
 from collections.abc import Mapping
@@ -64,75 +66,85 @@ class Answer:
 
 
 class ConnectionPool:
-    """Keep-alive connections to one ``http://`` origin; thread-safe."""
+    """Keep-alive connections to one ``http://`` origin; thread-safe.
+
+    A request leaves in one ``sendall`` (``http.client``'s own connection
+    sends the headers and the body in two, which costs the server a second
+    wake-up and read for every call); its answer is read by
+    ``http.client.HTTPResponse``, the standard library's parser.
+    """
 
     def __init__(self, host: str, port: int, headers: Mapping[str, str], *, max_idle: int = MAX_IDLE_CONNECTIONS):
         self.host = host
         self.port = port
-        self._headers = tuple(headers.items())
+        authority = f"[{host}]" if ":" in host else host
+        if port != 80:
+            authority += f":{port}"
+        lines = [f"Host: {authority}", *(f"{name}: {value}" for name, value in headers.items())]
+        if any("\r" in line or "\n" in line for line in lines):
+            raise ValueError("header values may not contain line breaks")
+        self._head = "".join(f"{line}\r\n" for line in lines).encode("latin-1")
         self._max_idle = max_idle
-        self._idle: list[http.client.HTTPConnection] = []
+        self._idle: list[socket.socket] = []
         self._lock = threading.Lock()
         self._closed = False
 
     def request(self, method: str, target: str, body: bytes | None, timeout: float) -> Answer:
         """Send one request (``body`` is JSON) and read its whole answer."""
-        connection = self._checkout(timeout)
+        message = [f"{method} {target} HTTP/1.1\r\n".encode("ascii"), self._head]
+        if body is not None:
+            message.append(b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body))
+            message.append(body)
+        elif method in BODILESS_METHODS_THAT_SEND_A_LENGTH:
+            message.append(b"Content-Length: 0\r\n\r\n")
+        else:
+            message.append(b"\r\n")
+        sock = self._checkout(timeout)
         try:
-            connection.putrequest(method, target, skip_accept_encoding=True)
-            for name, value in self._headers:
-                connection.putheader(name, value)
-            if body is not None:
-                connection.putheader("Content-Type", "application/json")
-                connection.putheader("Content-Length", str(len(body)))
-            elif method in BODILESS_METHODS_THAT_SEND_A_LENGTH:
-                connection.putheader("Content-Length", "0")
-            connection.endheaders(body)  # headers and a small body leave in one send
-            response = connection.getresponse()
+            sock.sendall(b"".join(message))
+            response = http.client.HTTPResponse(sock, method=method)
+            response.begin()
             content = response.read()
         except BaseException:
-            connection.close()
+            sock.close()
             raise
         if response.will_close:  # the server said Connection: close, or answered HTTP/1.0
-            connection.close()
+            sock.close()
         else:
-            self._checkin(connection)
+            self._checkin(sock)
         return Answer(response.status, response.reason, response.msg, content)
 
     def close(self) -> None:
         with self._lock:
             self._closed = True
             idle, self._idle = self._idle, []
-        for connection in idle:
-            connection.close()
+        for sock in idle:
+            sock.close()
 
-    def _checkout(self, timeout: float) -> http.client.HTTPConnection:
+    def _checkout(self, timeout: float) -> socket.socket:
         while True:
             with self._lock:
-                connection = self._idle.pop() if self._idle else None
-            if connection is None:
-                return http.client.HTTPConnection(self.host, self.port, timeout=timeout)
-            if _closed_by_peer(connection):
-                connection.close()
+                sock = self._idle.pop() if self._idle else None
+            if sock is None:
+                sock = socket.create_connection((self.host, self.port), timeout)
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # a request is one small write
+                return sock
+            if _closed_by_peer(sock):
+                sock.close()
                 continue
-            connection.timeout = timeout
-            if connection.sock is not None:
-                connection.sock.settimeout(timeout)
-            return connection
+            sock.settimeout(timeout)
+            return sock
 
-    def _checkin(self, connection: http.client.HTTPConnection) -> None:
+    def _checkin(self, sock: socket.socket) -> None:
         with self._lock:
             if not self._closed and len(self._idle) < self._max_idle:
-                self._idle.append(connection)
+                self._idle.append(sock)
                 return
-        connection.close()
+        sock.close()
 
 
-def _closed_by_peer(connection: http.client.HTTPConnection) -> bool:
+def _closed_by_peer(sock: socket.socket) -> bool:
     """An idle keep-alive socket with something to read has been closed (or broken) by the server."""
-    sock = connection.sock
-    if sock is None:
-        return True
     if not hasattr(select, "poll"):  # Windows; select() is fine there for one socket
         return bool(select.select([sock], [], [], 0)[0])
     poller = select.poll()  # select() refuses descriptors past 1023; poll() does not

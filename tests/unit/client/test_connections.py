@@ -171,6 +171,9 @@ def test_a_base_url_with_a_path_keeps_it(server):
     with lean_client(server.url + "/taskforge/") as client:
         client.stats("mail")
     assert server.requests[-1].path == "/taskforge/queues/mail/stats"
+    with lean_client(server.url + "/task forge") as client:
+        client.stats("mail")
+    assert server.requests[-1].path == "/task%20forge/queues/mail/stats"
 
 
 def test_a_payload_that_is_not_json_is_refused_before_anything_is_sent(server):
