@@ -30,7 +30,7 @@ from urllib.parse import urlsplit
 import redis
 from redis.cluster import RedisCluster
 
-from taskforge.dev.launcher import free_port
+from taskforge.dev.launcher import free_port, free_ports
 from taskforge.dev.redis_cluster import LocalCluster, wait_for
 
 # Debian installs these under /usr/sbin, which is not on every user's PATH.
@@ -135,9 +135,13 @@ class SentinelRedis:
     """A Redis primary, one replica and three sentinels; after a failover the old primary rejoins as a replica."""
 
     directory: Path
-    ports: list[int] = field(default_factory=lambda: [free_port(), free_port()])  # the two data nodes
-    sentinel_ports: list[int] = field(default_factory=lambda: [free_port() for _ in range(SENTINELS)])
+    # The two data nodes, then the sentinels: all picked at once, so no two share a port.
+    ports: list[int] = field(default_factory=lambda: free_ports(2))
+    sentinel_ports: list[int] = field(init=False)
     processes: dict[int, subprocess.Popen[bytes]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.sentinel_ports = free_ports(SENTINELS, exclude=self.ports)
 
     def url(self, db: int = 0) -> str:
         """The ``redis+sentinel://`` URL TaskForge is configured with (docs/deployment.md)."""

@@ -39,7 +39,7 @@ from faults.harness import Harness
 from faults.load import Producer, create_queue
 from faults.services import MachinePostgres
 from faults.stack import LOOPS, Stack
-from taskforge.dev.launcher import free_port
+from taskforge.dev.launcher import free_ports
 
 #: Its own database (dropped and recreated): never the one ``make test-faults`` uses.
 DATABASE_URL = "postgres://postgres@127.0.0.1:5432/taskforge_multinode"
@@ -70,7 +70,7 @@ class MultiNodeHarness(Harness):
         # What the soak's Redis faults act on: client(), flushall() and fail_over() reach the primary of the moment.
         self.redis = self.redis_nodes  # type: ignore[assignment]
         self.pgbouncer = PgBouncer(postgres.url)
-        self.api_ports = [free_port() for _ in range(API_SERVERS)]
+        self.api_ports = free_ports(API_SERVERS)
         self.haproxy = HAProxy(self.api_ports)
 
     @property

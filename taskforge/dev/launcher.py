@@ -13,7 +13,7 @@ taken from the image's PATH instead of an interpreter path.
 * ``loop``: ``manage.py run_scheduler`` / ``run_dispatcher`` / ``run_watchdog`` / ``run_pusher``, or
   ``run_schedules`` (the schedules part of ``run_scheduler``, alone).
 * ``reference_worker``: ``python -m taskforge_client.worker`` with its command-line flags.
-* ``free_port``, ``spawn``, ``wait_ready``, ``terminate``, ``terminate_all``,
+* ``free_port``, ``free_ports``, ``spawn``, ``wait_ready``, ``terminate``, ``terminate_all``,
   ``kill``: picking a port, starting a process (optionally in its own process
   group), waiting for ``/healthz`` or ``/readyz``, and stopping it with
   SIGTERM, then SIGKILL.
@@ -26,6 +26,7 @@ interpreter (the ``python`` argument).
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import signal
@@ -76,6 +77,26 @@ def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as sock:
         sock.bind((host, 0))
         return int(sock.getsockname()[1])
+
+
+def free_ports(count: int, host: str = "127.0.0.1", *, exclude: Iterable[int] = ()) -> list[int]:
+    """``count`` different free ports (none of ``exclude``), for servers started together.
+
+    Calls of ``free_port`` one after another may return the same port: each
+    socket is closed before the next is bound, and the kernel hands the
+    number out again. Here every socket stays bound until all are picked.
+    """
+    taken = set(exclude)
+    with contextlib.ExitStack() as held:
+        ports: list[int] = []
+        while len(ports) < count:
+            sock = held.enter_context(socket.socket())
+            sock.bind((host, 0))
+            port = int(sock.getsockname()[1])
+            if port not in taken:
+                taken.add(port)
+                ports.append(port)
+        return ports
 
 
 def manage_py(*args: str, python: str = sys.executable) -> list[str]:

@@ -19,7 +19,7 @@ from typing import Any
 import redis
 from redis.cluster import key_slot
 
-from taskforge.dev.launcher import free_port
+from taskforge.dev.launcher import free_ports
 
 PRIMARIES = 3
 #: How long a node may stay silent before its peers call it failed: short, so a failover takes seconds.
@@ -43,8 +43,13 @@ def wait_for(what: str, check: Callable[[], bool], timeout: float = 30.0) -> Non
 @dataclass
 class LocalCluster:
     directory: Path
-    ports: list[int] = field(default_factory=lambda: [free_port() for _ in range(2 * PRIMARIES)])
+    ports: list[int] = field(default_factory=lambda: free_ports(2 * PRIMARIES))
     processes: dict[int, subprocess.Popen[bytes]] = field(default_factory=dict)
+    # Each node's cluster bus port, none of them a data port.
+    bus_ports: dict[int, int] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.bus_ports = dict(zip(self.ports, free_ports(len(self.ports), exclude=self.ports), strict=True))
 
     def url(self) -> str:
         """A ``redis+cluster://`` URL naming the first primaries (the client learns the rest from them)."""
@@ -73,7 +78,7 @@ class LocalCluster:
         )
 
     def _server(self, port: int) -> None:
-        bus_port = free_port()
+        bus_port = self.bus_ports[port]
         argv = [
             "redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
             "--dir", str(self.directory), "--cluster-enabled", "yes", "--cluster-port", str(bus_port),

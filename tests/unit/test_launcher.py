@@ -10,6 +10,7 @@ files read, and a shell's process tree started and stopped.
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -199,3 +200,14 @@ def test_waiting_for_a_server_that_exited_fails_at_once_with_its_output(tmp_path
     process.wait(5)
     with pytest.raises(RuntimeError, match="exited with 3:\ncannot bind"):
         launcher.wait_ready("http://127.0.0.1:9", timeout=30, process=process, output=log.read_text)
+
+
+def test_ports_picked_together_are_distinct_free_and_avoid_the_excluded():
+    # free_port() twice in a row may return the same port; a Sentinel fixture once started two nodes on one.
+    first = launcher.free_ports(20)
+    assert len(set(first)) == 20
+    more = launcher.free_ports(20, exclude=first)
+    assert not set(more) & set(first)
+    for port in first + more:  # nothing holds them once picked: each can be bound
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", port))
