@@ -31,12 +31,12 @@ import uuid
 from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
-from urllib.parse import quote, urlsplit
+from urllib.parse import quote
 
 import httpx
 
 from taskforge_client.bodies import Json, enqueue_body
-from taskforge_client.connections import TRANSPORT_ERRORS, Answer, lean_pool_for
+from taskforge_client.connections import Answer, open_sender
 from taskforge_client.errors import ConnectionFailed, ServerError, error_from_response
 from taskforge_client.version import __version__
 
@@ -63,9 +63,6 @@ MAX_RETRY_AFTER_SECONDS = 30.0
 USER_AGENT = f"taskforge-python-client/{__version__}"
 
 TaskId = str | uuid.UUID
-# Parsed URLs kept per client; paths with a task id in them come and go.
-MAX_CACHED_URLS = 256
-JSON_CONTENT = {"Content-Type": "application/json"}
 
 
 class ClaimedTasks(list[Json]):
@@ -99,23 +96,12 @@ class TaskForgeClient:
         self.retries = max(0, int(retries))
         self.backoff_seconds = backoff_seconds
         headers = {"Authorization": f"Bearer {api_key}", "User-Agent": user_agent, "Accept": "application/json"}
-        self._pool = None if transport is not None else lean_pool_for(self.base_url, headers)
-        self._http: httpx.Client | None = None
-        if self._pool is None:
-            self._http = httpx.Client(
-                base_url=self.base_url, timeout=httpx.Timeout(self.timeout), headers=headers, transport=transport
-            )
-        # An API served under a path (/taskforge) keeps it, percent-encoded as a request line needs.
-        self._path_prefix = quote(urlsplit(self.base_url).path, safe="/%!$&'()*+,;=:@-._~")
-        self._urls: dict[str, httpx.URL] = {}
+        self._sender = open_sender(self.base_url, headers, self.timeout, transport)
 
     # -- lifecycle ---------------------------------------------------------
 
     def close(self) -> None:
-        if self._pool is not None:
-            self._pool.close()
-        if self._http is not None:
-            self._http.close()
+        self._sender.close()
 
     def __enter__(self) -> TaskForgeClient:
         return self
@@ -380,12 +366,11 @@ class TaskForgeClient:
         timeout: float | None = None,
     ) -> Any:
         attempts = 1 + (self.retries if retry else 0)
-        send = self._send_http_client if self._pool is not None else self._send_httpx
         content = None if json is None else encode_json(json)
         for attempt in range(attempts):
             last = attempt + 1 == attempts
             try:
-                response = send(method, path, content, timeout)
+                response = self._sender.send(method, path, content, timeout)
             except ConnectionFailed:
                 if last:
                     raise
@@ -398,36 +383,6 @@ class TaskForgeClient:
                 return _decoded(response, method, path)
             raise error_from_response(response)
         raise AssertionError("unreachable")  # pragma: no cover
-
-    def _send_http_client(self, method: str, path: str, content: bytes | None, timeout: float | None) -> Answer:
-        assert self._pool is not None
-        try:
-            return self._pool.request(method, self._path_prefix + path, content, timeout or self.timeout)
-        except TRANSPORT_ERRORS as exc:
-            raise ConnectionFailed(f"{method} {self.base_url}{path}: {exc!r}") from exc
-
-    def _send_httpx(self, method: str, path: str, content: bytes | None, timeout: float | None) -> httpx.Response:
-        assert self._http is not None
-        headers = None if content is None else JSON_CONTENT
-        try:
-            return self._http.request(
-                method,
-                self._url(path),
-                content=content,
-                headers=headers,
-                timeout=httpx.Timeout(timeout) if timeout else httpx.USE_CLIENT_DEFAULT,
-            )
-        except httpx.TransportError as exc:
-            raise ConnectionFailed(f"{method} {self.base_url}{path}: {exc!r}") from exc
-
-    def _url(self, path: str) -> httpx.URL:
-        """The absolute URL of ``path``, parsed once per path: httpx parses a string path twice per call."""
-        url = self._urls.get(path)
-        if url is None:
-            if len(self._urls) >= MAX_CACHED_URLS:
-                self._urls.clear()  # per-task paths filled it: the repeated ones come back at once
-            url = self._urls[path] = httpx.URL(self.base_url + path)
-        return url
 
     def _pause(self, attempt: int, retry_after: str | None = None) -> None:
         delay = self.backoff_seconds * 2**attempt

@@ -20,6 +20,10 @@ and proxies the way users expect it to (``lean_pool_for``).
   meaning of httpx's single-number timeout.
 * A failed call closes its connection; the error (an ``OSError`` or an
   ``http.client.HTTPException``) is the caller's to map.
+
+``open_sender`` picks the way for a client: a :class:`PooledSender` over
+this pool or an :class:`HttpxSender`; both send the same requests and turn
+"no answer" into ``ConnectionFailed``, so the client holds no transport code.
 """
 
 from __future__ import annotations
@@ -31,14 +35,29 @@ import socket
 import threading
 import urllib.request
 from collections.abc import Mapping
-from typing import Any
-from urllib.parse import urlsplit
+from typing import Any, Protocol
+from urllib.parse import quote, urlsplit
 
-__all__ = ["TRANSPORT_ERRORS", "Answer", "ConnectionPool", "lean_pool_for"]
+import httpx
+
+from taskforge_client.errors import ConnectionFailed
+
+__all__ = [
+    "TRANSPORT_ERRORS",
+    "Answer",
+    "ConnectionPool",
+    "HttpxSender",
+    "PooledSender",
+    "lean_pool_for",
+    "open_sender",
+]
 
 # What a call through the pool raises when no complete answer came back.
 TRANSPORT_ERRORS = (OSError, http.client.HTTPException)
 MAX_IDLE_CONNECTIONS = 20  # httpx's default keep-alive limit
+# Parsed URLs an HttpxSender keeps; paths with a task id in them come and go.
+MAX_CACHED_URLS = 256
+JSON_CONTENT = {"Content-Type": "application/json"}
 BODILESS_METHODS_THAT_SEND_A_LENGTH = frozenset({"POST", "PUT", "PATCH"})
 
 
@@ -162,3 +181,83 @@ def lean_pool_for(base_url: str, headers: Mapping[str, str]) -> ConnectionPool |
     if proxied and not urllib.request.proxy_bypass(parts.hostname):
         return None
     return ConnectionPool(parts.hostname, parts.port or 80, headers)
+
+
+# -- what the client sends through ------------------------------------------------------
+
+
+class Sender(Protocol):
+    """Sends one request to the API; no answer at all is ``ConnectionFailed``."""
+
+    def send(self, method: str, path: str, content: bytes | None, timeout: float | None) -> Answer | httpx.Response:
+        """``path`` is the API's (``/queues/...``); ``timeout`` None: the client's own."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class PooledSender:
+    """Through a :class:`ConnectionPool` (a plain ``http://`` API)."""
+
+    def __init__(self, base_url: str, pool: ConnectionPool, timeout: float) -> None:
+        self.base_url = base_url
+        self.pool = pool
+        self.timeout = timeout
+        # An API served under a path (/taskforge) keeps it, percent-encoded as a request line needs.
+        self._prefix = quote(urlsplit(base_url).path, safe="/%!$&'()*+,;=:@-._~")
+
+    def send(self, method: str, path: str, content: bytes | None, timeout: float | None) -> Answer:
+        try:
+            return self.pool.request(method, self._prefix + path, content, timeout or self.timeout)
+        except TRANSPORT_ERRORS as exc:
+            raise ConnectionFailed(f"{method} {self.base_url}{path}: {exc!r}") from exc
+
+    def close(self) -> None:
+        self.pool.close()
+
+
+class HttpxSender:
+    """Through an ``httpx.Client``: ``https://``, a proxy from the environment, a caller's ``transport``."""
+
+    def __init__(
+        self, base_url: str, headers: Mapping[str, str], timeout: float, transport: httpx.BaseTransport | None
+    ) -> None:
+        self.base_url = base_url
+        self.http = httpx.Client(
+            base_url=base_url, timeout=httpx.Timeout(timeout), headers=headers, transport=transport
+        )
+        self._urls: dict[str, httpx.URL] = {}
+
+    def send(self, method: str, path: str, content: bytes | None, timeout: float | None) -> httpx.Response:
+        try:
+            return self.http.request(
+                method,
+                self._url(path),
+                content=content,
+                headers=None if content is None else JSON_CONTENT,
+                timeout=httpx.Timeout(timeout) if timeout else httpx.USE_CLIENT_DEFAULT,
+            )
+        except httpx.TransportError as exc:
+            raise ConnectionFailed(f"{method} {self.base_url}{path}: {exc!r}") from exc
+
+    def close(self) -> None:
+        self.http.close()
+
+    def _url(self, path: str) -> httpx.URL:
+        """The absolute URL of ``path``, parsed once per path: httpx parses a string path twice per call."""
+        url = self._urls.get(path)
+        if url is None:
+            if len(self._urls) >= MAX_CACHED_URLS:
+                self._urls.clear()  # per-task paths filled it: the repeated ones come back at once
+            url = self._urls[path] = httpx.URL(self.base_url + path)
+        return url
+
+
+def open_sender(
+    base_url: str, headers: Mapping[str, str], timeout: float, transport: httpx.BaseTransport | None = None
+) -> PooledSender | HttpxSender:
+    """The pool for a plain ``http://`` API (:func:`lean_pool_for`), httpx for anything else or a given transport."""
+    pool = None if transport is not None else lean_pool_for(base_url, headers)
+    if pool is None:
+        return HttpxSender(base_url, headers, timeout, transport)
+    return PooledSender(base_url, pool, timeout)

@@ -25,7 +25,7 @@ import pytest
 
 from taskforge_client import ConnectionFailed, LeaseLost, TaskForgeClient, Unavailable
 from taskforge_client import client as client_module
-from taskforge_client.connections import lean_pool_for
+from taskforge_client.connections import HttpxSender, PooledSender, lean_pool_for
 
 TASK_ID = uuid.UUID("0b4e3f8c-2d6a-4c1e-9f10-5a7b8c9d0e1f")
 
@@ -125,7 +125,7 @@ def no_pauses(monkeypatch: pytest.MonkeyPatch) -> list[float]:
 
 def lean_client(url: str, **options: object) -> TaskForgeClient:
     client = TaskForgeClient(url, "tf_key", **options)  # type: ignore[arg-type]
-    assert client._pool is not None, "a plain http:// client sends through http.client"
+    assert isinstance(client._sender, PooledSender), "a plain http:// client sends through http.client"
     return client
 
 
@@ -142,7 +142,7 @@ def test_only_a_plain_http_url_without_a_proxy_gets_the_lean_pool(monkeypatch):
     monkeypatch.setenv("NO_PROXY", "api.internal")
     assert lean_pool_for("http://api.internal:8000", {}) is not None
     with TaskForgeClient("http://api.internal", "k", transport=httpx.HTTPTransport()) as given:
-        assert given._pool is None  # a transport of the caller's is always used
+        assert isinstance(given._sender, HttpxSender)  # a transport of the caller's is always used
 
 
 # --- what is sent --------------------------------------------------------------------------------
