@@ -24,7 +24,7 @@ import taskforge.infra.redis
 from queues.apikeys import create_key
 from queues.models import ApiKey
 from queues.telemetry import counters
-from taskforge.infra import rowcache
+from taskforge.infra import change_watch, rowcache
 from tests.factories import QueueFactory
 from workers import registry
 
@@ -79,6 +79,9 @@ def redis_at(url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     client.flushdb()  # on a Cluster: every primary
     rowcache.clear_all()  # copies tagged with the old generation would outlive the flush
     registry.forget_writes()
+    watch = change_watch.current()
+    if watch is not None:  # listening from the first request on: copies are not re-read when it starts
+        watch.wait_listening(5.0)
     try:
         yield
     finally:

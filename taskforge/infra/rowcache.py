@@ -4,13 +4,17 @@ Every API request authenticates a key, and most look a queue up by name; both
 rows change rarely (a key is created or revoked; a queue is created, edited,
 paused or deleted). Each process keeps the rows it has read, tagged with the
 value of one generation counter in Redis. A change in any process bumps the
-counter once it commits, so every process stops using its copies at once.
+counter once it commits and announces it on a channel every process listens
+to (:mod:`taskforge.infra.change_watch`), so every process stops using its
+copies at once.
 
-The counter is read once per request (the first lookup in it; see
-:func:`request_scope`), so a request costs one Redis GET instead of a Postgres
-query per row. Without Redis nothing is cached. ``MAX_AGE_SECONDS`` bounds a
-copy's life even if the counter is lost (a Redis flush may bring back a value
-it had before).
+While its watch listens, a process tags copies with the watch's tag and asks
+Redis nothing; otherwise (starting, Redis down, a Cluster) the counter is read
+once per request (the first lookup in it; see :func:`request_scope`): one
+Redis GET instead of a Postgres query per row. Without Redis nothing is
+cached. ``MAX_AGE_SECONDS`` bounds a copy's life even if a change's
+announcement is lost (a Redis flush may bring back a counter value it had
+before).
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from typing import Any
 import redis
 from django.db import transaction
 
+from taskforge.infra import change_watch
 from taskforge.infra.redis import redis_client
 
 logger = logging.getLogger("taskforge.infra.rowcache")
@@ -81,11 +86,13 @@ def current_generation() -> object:
     memo = _request_generation.get()
     if memo is not _OUTSIDE_REQUEST and memo is not _NOT_READ_YET:
         return memo
-    generation: object
-    try:
-        generation = redis_client().get(GENERATION_KEY)
-    except redis.RedisError:
-        generation = _UNKNOWN
+    watch = change_watch.current()
+    generation = watch.heard() if watch is not None else None
+    if generation is None:
+        try:
+            generation = redis_client().get(GENERATION_KEY)
+        except redis.RedisError:
+            generation = _UNKNOWN
     if memo is _NOT_READ_YET:
         _request_generation.set(generation)
     return generation
@@ -108,7 +115,7 @@ def changed() -> None:
     def bump() -> None:
         clear_all()  # also what this process read while the change was not yet committed
         try:
-            redis_client().incr(GENERATION_KEY)
+            change_watch.announce(redis_client(), GENERATION_KEY)
         except redis.RedisError:
             logger.warning("redis unavailable: cached keys and queues expire within %ss", MAX_AGE_SECONDS)
 

@@ -10,7 +10,7 @@ from django.utils import timezone
 from queues import apikeys
 from queues.apikeys import create_key, revoke_key
 from queues.models import ApiKey
-from taskforge.infra import rowcache
+from taskforge.infra import change_watch, rowcache
 from taskforge.infra.redis import redis_client
 
 pytestmark = pytest.mark.django_db
@@ -44,9 +44,9 @@ def test_revoking_in_this_process_takes_effect_at_once(client):
 def test_a_revocation_by_another_process_takes_effect_at_once(client):
     _, raw = create_key("revoked-elsewhere", "producer")
     assert _get(client, raw) == 200
-    # Another process revokes it: its signal bumps the generation in Redis, not this cache.
+    # Another process revokes it: its signal announces the change in Redis, not to this cache.
     ApiKey.objects.filter(name="revoked-elsewhere").update(revoked_at=timezone.now())
-    redis_client().incr(rowcache.GENERATION_KEY)
+    change_watch.announce(redis_client(), rowcache.GENERATION_KEY)
     assert _get(client, raw) == 401
 
 

@@ -13,7 +13,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from queues.models import Queue, Task
-from taskforge.infra import rowcache
+from taskforge.infra import change_watch, rowcache
 from taskforge.infra.redis import redis_client
 
 pytestmark = pytest.mark.django_db
@@ -46,14 +46,14 @@ def test_a_pause_by_another_process_stops_claims_at_once(producer, worker, queue
     assert _claim(worker) != []  # the queue is now cached unpaused
     assert _enqueue(producer) == 201
     Queue.objects.filter(pk=queue.pk).update(paused=True)
-    redis_client().incr(rowcache.GENERATION_KEY)
+    change_watch.announce(redis_client(), rowcache.GENERATION_KEY)
     assert _claim(worker) == []
 
 
 def test_new_settings_from_another_process_apply_to_the_next_enqueue(producer, queue):
     assert _enqueue(producer) == 201
     Queue.objects.filter(pk=queue.pk).update(max_retries=9)
-    redis_client().incr(rowcache.GENERATION_KEY)
+    change_watch.announce(redis_client(), rowcache.GENERATION_KEY)
     response = producer.post("/queues/email_jobs/tasks", {"payload": {}}, format="json")
     assert response.status_code == 201
     assert response.json()["max_retries"] == 9
@@ -90,7 +90,8 @@ def test_changes_through_the_api_are_seen_by_the_next_request(admin_api, produce
     assert _enqueue(producer) == 201
 
 
-def test_the_generation_is_read_once_per_request(producer, queue, monkeypatch):
+def test_without_a_watch_the_generation_is_read_once_per_request(producer, queue, monkeypatch):
+    monkeypatch.setattr(change_watch, "current", lambda: None)  # as on a Cluster, which has no watch
     reads = []
     real_get = type(redis_client()).get
 

@@ -1,0 +1,138 @@
+"""The change watch: one subscription per process in place of a generation GET per request."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+import redis
+
+from faults.services import RedisServer
+from queues.apikeys import create_key
+from taskforge.dev import launcher
+from taskforge.infra import change_watch, rowcache
+from taskforge.infra.redis import redis_client
+from tests.conftest import redis_at
+
+pytestmark = pytest.mark.django_db
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def _listening_watch() -> change_watch.ChangeWatch:
+    watch = change_watch.current()
+    assert watch is not None
+    assert watch.wait_listening(5.0), "the watch did not subscribe"
+    return watch
+
+
+def _until(condition: Callable[[], bool], seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.01)
+    return condition()
+
+
+def _watch_connection_id(client: redis.Redis, watch: change_watch.ChangeWatch) -> int:
+    (found,) = [c for c in client.client_list() if c["name"] == watch.client_name]
+    return int(found["id"])
+
+
+def test_once_announce_returns_no_request_takes_the_old_tag():
+    watch = _listening_watch()
+    for _ in range(200):  # the announcement races the watch's thread every time
+        before = watch.heard()
+        assert before is not None
+        change_watch.announce(redis_client(), rowcache.GENERATION_KEY)
+        after = watch.heard()
+        assert after is not before  # None (news arriving: ask Redis) or the renewed tag
+        assert _until(lambda: watch.heard() is not None, 2.0)
+
+
+def test_a_request_reads_no_generation_while_the_watch_listens(producer, queue, monkeypatch):
+    _listening_watch()
+    reads = []
+    real_get = type(redis_client()).get
+
+    def counting_get(self, name, *args, **kwargs):
+        if name == rowcache.GENERATION_KEY:
+            reads.append(name)
+        return real_get(self, name, *args, **kwargs)
+
+    monkeypatch.setattr(type(redis_client()), "get", counting_get)
+    for _ in range(3):
+        assert producer.post("/queues/email_jobs/tasks", {"payload": {}}, format="json").status_code == 201
+    assert reads == []
+
+
+@pytest.mark.django_db(transaction=True)  # the other process sees the key only once it is committed
+def test_a_revocation_by_another_process_is_refused_by_the_next_request(client, live_stack):
+    _listening_watch()
+    _, raw = create_key("revoked-by-command", "producer")
+    auth = {"HTTP_AUTHORIZATION": f"Bearer {raw}"}
+    assert client.get("/queues", **auth).status_code == 200  # cached here, under the watch's tag
+    subprocess.run(launcher.manage_py("revoke_api_key", "revoked-by-command"), cwd=ROOT, env=live_stack.env, check=True)
+    assert client.get("/queues", **auth).status_code == 401
+
+
+def test_a_killed_subscription_is_noticed_at_once_and_made_anew():
+    watch = _listening_watch()
+    before = watch.heard()
+    client = redis_client()
+    client.client_kill_filter(_id=_watch_connection_id(client, watch))
+    assert watch.heard() is None or _until(lambda: watch.heard() is not before, 1.0)
+    change_watch.announce(client, rowcache.GENERATION_KEY)  # while it reconnects
+    assert _until(lambda: watch.heard() not in (None, before), 5.0)  # listening again, copies renewed
+
+
+@pytest.fixture
+def own_redis(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[RedisServer]:
+    server = RedisServer(tmp_path)
+    server.start()
+    try:
+        with redis_at(server.url, monkeypatch):
+            yield server
+    finally:
+        if server.process is not None and server.process.poll() is None:
+            server.process.send_signal(signal.SIGCONT)
+        server.shutdown()
+
+
+@pytest.mark.slow
+def test_a_silent_redis_is_given_up_and_the_cache_falls_back_to_the_generation(own_redis):
+    watch = _listening_watch()
+    assert own_redis.process is not None
+    own_redis.process.send_signal(signal.SIGSTOP)  # the connection stays open; nothing answers
+    try:
+        started = time.monotonic()
+        assert _until(lambda: not watch.listening, change_watch.SILENCE_SECONDS + 3 * change_watch.PING_SECONDS)
+        assert time.monotonic() - started < rowcache.MAX_AGE_SECONDS
+        assert watch.heard() is None
+    finally:
+        own_redis.process.send_signal(signal.SIGCONT)
+    assert _until(lambda: watch.listening, 10.0)
+
+
+@pytest.mark.slow
+def test_a_restarted_redis_is_listened_to_again(own_redis):
+    watch = _listening_watch()
+    before = watch.heard()
+    assert own_redis.process is not None
+    own_redis.process.kill()
+    own_redis.process.wait()
+    assert _until(lambda: watch.heard() is None, 1.0)
+    own_redis.start()  # the same port
+    assert _until(lambda: watch.heard() not in (None, before), 10.0)
+
+
+def test_a_cluster_has_no_watch(monkeypatch):
+    from django.conf import settings
+
+    monkeypatch.setattr(settings, "REDIS_URL", "redis+cluster://127.0.0.1:7000")
+    assert change_watch.current() is None
