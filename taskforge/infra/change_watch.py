@@ -61,6 +61,17 @@ def announce(client: Client, generation_key: str) -> None:
     pipe.execute()
 
 
+def _readable(sock: socket.socket, timeout: float) -> bool:
+    """Whether ``sock`` has bytes (or its end) to read, waiting up to ``timeout`` seconds.
+
+    ``poll``, not ``select``: an API process may hold more than 1,024 descriptors.
+    A fresh poll object each time: requests on several threads ask at once.
+    """
+    poller = select.poll()
+    poller.register(sock, select.POLLIN)
+    return bool(poller.poll(timeout * 1000))
+
+
 class ChangeWatch:
     """A thread subscribed to the change channel of ``url``; :meth:`heard` is what requests ask."""
 
@@ -82,7 +93,7 @@ class ChangeWatch:
         if sock is None or self._tag is None or self._reading:
             return None
         try:
-            arriving = select.select([sock], [], [], 0)[0]
+            arriving = _readable(sock, 0)
         except (OSError, ValueError):  # closed meanwhile by the watch's thread
             return None
         if arriving or self._reading:
@@ -145,7 +156,7 @@ class ChangeWatch:
         assert self._socket is not None
         heard_at = time.monotonic()
         while not self._stopped.is_set():
-            if not select.select([self._socket], [], [], PING_SECONDS)[0]:
+            if not _readable(self._socket, PING_SECONDS):
                 if time.monotonic() - heard_at > SILENCE_SECONDS:
                     raise redis.ConnectionError(f"no answer from Redis for {SILENCE_SECONDS}s")
                 pubsub.ping()
@@ -159,6 +170,9 @@ class ChangeWatch:
                         changed = True
                     elif message["type"] == "unsubscribe":
                         raise redis.ConnectionError("unsubscribed from the change channel")
+                if pubsub.connection is None or pubsub.connection._sock is not self._socket:
+                    # redis-py reconnected inside the read: what was published meanwhile is lost.
+                    raise redis.ConnectionError("the subscription's connection was made anew")
                 if changed:
                     self._tag = object()
             except BaseException:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import signal
+import socket
 import subprocess
 import time
 from collections.abc import Callable, Iterator
@@ -89,6 +90,24 @@ def test_a_killed_subscription_is_noticed_at_once_and_made_anew():
     assert watch.heard() is None or _until(lambda: watch.heard() is not before, 1.0)
     change_watch.announce(client, rowcache.GENERATION_KEY)  # while it reconnects
     assert _until(lambda: watch.heard() not in (None, before), 5.0)  # listening again, copies renewed
+
+
+def test_a_watch_works_past_1024_descriptors():
+    from django.conf import settings
+
+    held = [socket.socket() for _ in range(1100)]  # a busy API process holds this many (clients, pools)
+    watch = change_watch.ChangeWatch(settings.REDIS_URL)
+    try:
+        assert watch.wait_listening(5.0)
+        assert watch._socket is not None and watch._socket.fileno() > 1024
+        before = watch.heard()
+        assert before is not None  # select() would refuse this descriptor: every request would ask Redis
+        change_watch.announce(redis_client(), rowcache.GENERATION_KEY)
+        assert _until(lambda: watch.heard() not in (None, before), 2.0)
+    finally:
+        watch.stop()
+        for sock in held:
+            sock.close()
 
 
 @pytest.fixture
