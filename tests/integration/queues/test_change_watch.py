@@ -56,22 +56,6 @@ def test_once_announce_returns_no_request_takes_the_old_tag():
         assert _until(lambda: watch.heard() is not None, 2.0)
 
 
-def test_a_request_reads_no_generation_while_the_watch_listens(producer, queue, monkeypatch):
-    _listening_watch()
-    reads = []
-    real_get = type(redis_client()).get
-
-    def counting_get(self, name, *args, **kwargs):
-        if name == rowcache.GENERATION_KEY:
-            reads.append(name)
-        return real_get(self, name, *args, **kwargs)
-
-    monkeypatch.setattr(type(redis_client()), "get", counting_get)
-    for _ in range(3):
-        assert producer.post("/queues/email_jobs/tasks", {"payload": {}}, format="json").status_code == 201
-    assert reads == []
-
-
 @pytest.mark.django_db(transaction=True)  # the other process sees the key only once it is committed
 def test_a_revocation_by_another_process_is_refused_by_the_next_request(client, live_stack):
     _listening_watch()

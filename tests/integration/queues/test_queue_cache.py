@@ -90,9 +90,10 @@ def test_changes_through_the_api_are_seen_by_the_next_request(admin_api, produce
     assert _enqueue(producer) == 201
 
 
-def test_without_a_watch_the_generation_is_read_once_per_request(producer, queue, monkeypatch):
-    monkeypatch.setattr(change_watch, "current", lambda: None)  # as on a Cluster, which has no watch
-    reads = []
+@pytest.fixture
+def generation_reads(monkeypatch) -> list[str]:
+    """Every read of the cache generation from Redis made from here on."""
+    reads: list[str] = []
     real_get = type(redis_client()).get
 
     def counting_get(self, name, *args, **kwargs):
@@ -101,8 +102,21 @@ def test_without_a_watch_the_generation_is_read_once_per_request(producer, queue
         return real_get(self, name, *args, **kwargs)
 
     monkeypatch.setattr(type(redis_client()), "get", counting_get)
+    return reads
+
+
+def test_without_a_watch_the_generation_is_read_once_per_request(producer, queue, monkeypatch, generation_reads):
+    monkeypatch.setattr(change_watch, "current", lambda: None)  # as on a Cluster, which has no watch
     assert _enqueue(producer) == 201  # the key and the queue: both looked up
-    assert len(reads) == 1
+    assert len(generation_reads) == 1
+
+
+def test_while_the_watch_listens_no_request_reads_the_generation(producer, queue, generation_reads):
+    watch = change_watch.current()
+    assert watch is not None and watch.wait_listening(5.0)
+    for _ in range(3):
+        assert _enqueue(producer) == 201
+    assert generation_reads == []
 
 
 @pytest.mark.slow
