@@ -11,7 +11,8 @@ request uses is the one this thread holds, renewed at every message.
 "At once" stays what the ``GET`` gave: a request that begins after the change
 was announced does not use a copy read before it. A message that has reached
 this process but is not yet read keeps the subscription's socket readable; one
-being read is flagged (``_reading``) until the tag is renewed. A request seeing
+being read is flagged (``_reading``) until the tag is renewed, and one read
+only in part renews the tag at once. A request seeing
 either, or no live subscription (starting, Redis down, reconnecting), asks
 Redis as before. A connection that silently stops delivering (a partition) is
 noticed by its unanswered pings within ``SILENCE_SECONDS``, below the copies'
@@ -70,6 +71,19 @@ def _readable(sock: socket.socket, timeout: float) -> bool:
     poller = select.poll()
     poller.register(sock, select.POLLIN)
     return bool(poller.poll(timeout * 1000))
+
+
+def _partly_read(pubsub: redis.client.PubSub) -> bool:
+    """Whether the connection's parser holds the start of a reply not complete yet (or cannot tell)."""
+    connection = pubsub.connection
+    parser = getattr(connection, "_parser", None)
+    reader = getattr(parser, "_reader", None)  # hiredis' (in the lock)
+    if reader is not None:
+        return bool(reader.has_data())
+    buffer = getattr(parser, "_buffer", None)  # redis-py's own parser
+    if buffer is not None:
+        return bool(buffer.unread_bytes())
+    return True
 
 
 class ChangeWatch:
@@ -173,7 +187,8 @@ class ChangeWatch:
                 if pubsub.connection is None or pubsub.connection._sock is not self._socket:
                     # redis-py reconnected inside the read: what was published meanwhile is lost.
                     raise redis.ConnectionError("the subscription's connection was made anew")
-                if changed:
+                if changed or _partly_read(pubsub):
+                    # Part of a reply is in: if it is a change, the change has committed already.
                     self._tag = object()
             except BaseException:
                 self._tag = None  # before _reading drops: no request may take the old tag meanwhile

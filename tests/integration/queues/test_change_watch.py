@@ -76,6 +76,18 @@ def test_a_killed_subscription_is_noticed_at_once_and_made_anew():
     assert _until(lambda: watch.heard() not in (None, before), 5.0)  # listening again, copies renewed
 
 
+def test_the_start_of_a_reply_counts_as_news():
+    pubsub = redis_client().pubsub()
+    try:
+        pubsub.subscribe("tf:test:partly-read")
+        assert pubsub.get_message(timeout=2)["type"] == "subscribe"
+        assert not change_watch._partly_read(pubsub)  # else every PONG would drop this process's copies
+        pubsub.connection._parser._reader.feed(b"*3\r\n$7\r\nmessage\r\n$3\r\nab")  # as a torn read leaves it
+        assert change_watch._partly_read(pubsub)
+    finally:
+        pubsub.close()
+
+
 def test_a_watch_works_past_1024_descriptors():
     from django.conf import settings
 
