@@ -6,11 +6,12 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import redis
+from django.conf import settings
 
 from faults.services import RedisServer
 from queues.apikeys import create_key
@@ -18,10 +19,9 @@ from taskforge.dev import launcher
 from taskforge.infra import change_watch, rowcache
 from taskforge.infra.redis import redis_client
 from tests.conftest import redis_at
+from tests.push_receiver import wait_until
 
 pytestmark = pytest.mark.django_db
-
-ROOT = Path(__file__).resolve().parents[3]
 
 
 def _listening_watch() -> change_watch.ChangeWatch:
@@ -29,15 +29,6 @@ def _listening_watch() -> change_watch.ChangeWatch:
     assert watch is not None
     assert watch.wait_listening(5.0), "the watch did not subscribe"
     return watch
-
-
-def _until(condition: Callable[[], bool], seconds: float) -> bool:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.01)
-    return condition()
 
 
 def _watch_connection_id(client: redis.Redis, watch: change_watch.ChangeWatch) -> int:
@@ -53,7 +44,7 @@ def test_once_announce_returns_no_request_takes_the_old_tag():
         change_watch.announce(redis_client(), rowcache.GENERATION_KEY)
         after = watch.heard()
         assert after is not before  # None (news arriving: ask Redis) or the renewed tag
-        assert _until(lambda: watch.heard() is not None, 2.0)
+        wait_until(lambda: watch.heard() is not None, 2.0, interval=0.001)
 
 
 @pytest.mark.django_db(transaction=True)  # the other process sees the key only once it is committed
@@ -62,7 +53,9 @@ def test_a_revocation_by_another_process_is_refused_by_the_next_request(client, 
     _, raw = create_key("revoked-by-command", "producer")
     auth = {"HTTP_AUTHORIZATION": f"Bearer {raw}"}
     assert client.get("/queues", **auth).status_code == 200  # cached here, under the watch's tag
-    subprocess.run(launcher.manage_py("revoke_api_key", "revoked-by-command"), cwd=ROOT, env=live_stack.env, check=True)
+    subprocess.run(
+        launcher.manage_py("revoke_api_key", "revoked-by-command"), cwd=launcher.ROOT, env=live_stack.env, check=True
+    )
     assert client.get("/queues", **auth).status_code == 401
 
 
@@ -71,9 +64,10 @@ def test_a_killed_subscription_is_noticed_at_once_and_made_anew():
     before = watch.heard()
     client = redis_client()
     client.client_kill_filter(_id=_watch_connection_id(client, watch))
-    assert watch.heard() is None or _until(lambda: watch.heard() is not before, 1.0)
+    if watch.heard() is not None:  # else the kill is already seen: no request takes the old tag
+        wait_until(lambda: watch.heard() is not before, 1.0, interval=0.01)
     change_watch.announce(client, rowcache.GENERATION_KEY)  # while it reconnects
-    assert _until(lambda: watch.heard() not in (None, before), 5.0)  # listening again, copies renewed
+    wait_until(lambda: watch.heard() not in (None, before), 5.0)  # listening again, copies renewed
 
 
 def test_the_start_of_a_reply_counts_as_news():
@@ -89,8 +83,6 @@ def test_the_start_of_a_reply_counts_as_news():
 
 
 def test_a_watch_works_past_1024_descriptors():
-    from django.conf import settings
-
     held = [socket.socket() for _ in range(1100)]  # a busy API process holds this many (clients, pools)
     watch = change_watch.ChangeWatch(settings.REDIS_URL)
     try:
@@ -99,7 +91,7 @@ def test_a_watch_works_past_1024_descriptors():
         before = watch.heard()
         assert before is not None  # select() would refuse this descriptor: every request would ask Redis
         change_watch.announce(redis_client(), rowcache.GENERATION_KEY)
-        assert _until(lambda: watch.heard() not in (None, before), 2.0)
+        wait_until(lambda: watch.heard() not in (None, before), 2.0)
     finally:
         watch.stop()
         for sock in held:
@@ -126,12 +118,12 @@ def test_a_silent_redis_is_given_up_and_the_cache_falls_back_to_the_generation(o
     own_redis.process.send_signal(signal.SIGSTOP)  # the connection stays open; nothing answers
     try:
         started = time.monotonic()
-        assert _until(lambda: not watch.listening, change_watch.SILENCE_SECONDS + 3 * change_watch.PING_SECONDS)
+        wait_until(lambda: not watch.listening, change_watch.SILENCE_SECONDS + 3 * change_watch.PING_SECONDS)
         assert time.monotonic() - started < rowcache.MAX_AGE_SECONDS
         assert watch.heard() is None
     finally:
         own_redis.process.send_signal(signal.SIGCONT)
-    assert _until(lambda: watch.listening, 10.0)
+    wait_until(lambda: watch.listening, 10.0)
 
 
 @pytest.mark.slow
@@ -141,13 +133,11 @@ def test_a_restarted_redis_is_listened_to_again(own_redis):
     assert own_redis.process is not None
     own_redis.process.kill()
     own_redis.process.wait()
-    assert _until(lambda: watch.heard() is None, 1.0)
+    wait_until(lambda: watch.heard() is None, 1.0)
     own_redis.start()  # the same port
-    assert _until(lambda: watch.heard() not in (None, before), 10.0)
+    wait_until(lambda: watch.heard() not in (None, before), 10.0)
 
 
 def test_a_cluster_has_no_watch(monkeypatch):
-    from django.conf import settings
-
     monkeypatch.setattr(settings, "REDIS_URL", "redis+cluster://127.0.0.1:7000")
     assert change_watch.current() is None

@@ -9,7 +9,6 @@ go through the Sentinel-aware clients.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 
 import pytest
@@ -37,6 +36,7 @@ def test_this_process_talks_to_the_primary_the_sentinels_name(shared_sentinels):
 def test_the_change_watch_subscribes_on_the_primary_the_sentinels_name(shared_sentinels):
     from taskforge.infra import change_watch, rowcache
     from taskforge.infra.redis import redis_client
+    from tests.push_receiver import wait_until
 
     watch = change_watch.current()
     assert watch is not None and watch.wait_listening(5.0)
@@ -44,7 +44,4 @@ def test_the_change_watch_subscribes_on_the_primary_the_sentinels_name(shared_se
     assert watch.client_name in names  # subscribed on the primary itself
     before = watch.heard()
     change_watch.announce(redis_client(), rowcache.GENERATION_KEY)
-    deadline = time.monotonic() + 2.0
-    while watch.heard() in (None, before) and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert watch.heard() not in (None, before)
+    wait_until(lambda: watch.heard() not in (None, before), 2.0, interval=0.01)
