@@ -14,6 +14,7 @@ from typing import Any
 import psycopg
 import redis
 
+from bench import wakeups
 from bench.context import Context
 from bench.figures import Figure
 from bench.procs import ROOT
@@ -36,6 +37,7 @@ def machine() -> dict[str, Any]:
                 break
     except OSError:
         pass
+    info.update(wakeups.idle_policy())  # what a wake-up from idle costs depends on it (W4)
     return info
 
 

@@ -15,6 +15,7 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
+from bench import wakeups
 from bench.context import Context
 from bench.figures import percentile
 
@@ -76,6 +77,13 @@ def w4(ctx: Context, run: int) -> None:
     ctx.figures.add("W4", "sent-to-created p50", percentile(before_row, 50))
     ctx.figures.add("W4", "created-to-claimed p50", percentile(dispatch, 50))
     ctx.figures.add("W4", "claimed-to-start p50", percentile(to_handler, 50))
+    # The machine's own floor for the same trickle, measured with the stack idle (workers stopped).
+    for service, trips in (
+        ("Postgres", wakeups.postgres(ctx.stack.database_url)),
+        ("Redis", wakeups.redis_server(ctx.stack.redis_url)),
+    ):
+        ctx.figures.add("W4", f"{service} round trip back to back p50", trips.back_to_back_ms)
+        ctx.figures.add("W4", f"{service} round trip after 50 ms idle p50", trips.after_idle_ms)
 
 
 def enqueue_due_over(ctx: Context, workload: str, queue: str, count: int, seconds: float) -> dict[str, float]:
@@ -135,6 +143,14 @@ def define(ctx: Context) -> None:
     f.define("W4", "sent-to-created p50", "ms", note="the enqueue request until its row exists")
     f.define("W4", "created-to-claimed p50", "ms", note="doorbell, wake-up and claim")
     f.define("W4", "claimed-to-start p50", "ms", note="the claim's answer until the handler runs")
+    for service, probe in (("Postgres", "SELECT 1"), ("Redis", "PING")):
+        f.define("W4", f"{service} round trip back to back p50", "ms", note=f"{probe} from the harness")
+        f.define(
+            "W4",
+            f"{service} round trip after 50 ms idle p50",
+            "ms",
+            note=f"{probe} from the harness, each after W4's interval asleep (bench/wakeups.py)",
+        )
     f.define("W5", "lateness p50", "ms")
     f.define("W5", "lateness p99", "ms", ("<=", 50))
     f.define("W5", "earliest start vs due", "ms", (">=", 0), note="negative: a task started before it was due")
