@@ -32,8 +32,12 @@ def announce(queue: Queue, rows: Sequence[Row]) -> None:
     No rows means "something changed" (a queue resumed): every waiter on the
     queue is woken and the lane is left to the dispatcher.
     """
+    _announce(queue.name, rows, paused=queue.paused, push=queue.push is not None)
+
+
+def _announce(queue_name: str, rows: Sequence[Row], *, paused: bool, push: bool) -> None:
     if not rows:
-        doorbell.ring(queue.name)
+        doorbell.ring(queue_name, push=push)
         return
     ready: dict[str, int] = {}
     later: dict[str, int] = {}
@@ -53,11 +57,11 @@ def announce(queue: Queue, rows: Sequence[Row]) -> None:
     try:
         pipe = redis_client().pipeline(transaction=False)
         if ready:
-            lanes.add_ready(pipe, queue.name, ready)
-            if not queue.paused:
-                doorbell.ring(queue.name, len(ready), pipe=pipe)  # after the ids are in the lane
+            lanes.add_ready(pipe, queue_name, ready)
+            if not paused:
+                doorbell.ring(queue_name, len(ready), push=push, pipe=pipe)  # after the ids are in the lane
         if later:
-            lanes.add_scheduled(pipe, queue.name, later)
+            lanes.add_scheduled(pipe, queue_name, later)
         pipe.execute()
     except redis.RedisError as exc:
         # The dispatcher and scheduler re-read Postgres every tick: this costs latency only.
@@ -80,10 +84,11 @@ def settled(task_ids: Sequence[uuid.UUID]) -> None:
 
 
 def announce_ids(queue_id: uuid.UUID, rows: Sequence[Row]) -> None:
+    """``announce`` for rows of a queue known by its id only (promotions, retry now)."""
     from queues.telemetry.observe import queue_name
 
-    queue = Queue(id=queue_id, name=queue_name(queue_id))
-    announce(queue, rows)
+    name = queue_name(queue_id)
+    _announce(name, rows, paused=False, push=doorbell.is_push_queue(name))
 
 
 def forget(queue: Queue) -> None:

@@ -2,8 +2,13 @@
 
 Whoever makes tasks claimable (enqueue, promotion, replay, the scheduler
 moving due tasks, the dispatcher refilling a lane, a queue resumed) rings:
-one ``PUBLISH`` on :func:`channel` naming the queue and how many tasks
-arrived (0: unknown, wake everyone).
+one ``PUBLISH`` naming the queue and how many tasks arrived (0: unknown,
+wake everyone), on :func:`channel` for a pull queue, whose tasks workers
+claim, and on :func:`push_channel` for a push queue, whose tasks only the
+pusher takes. Every process that listens reads every bell of its channel
+(160-240 µs of CPU each, most of it redis-py's asyncio subscription and the
+event loop's wake-up), so the API processes never hear the push queues'
+bells and the pusher never hears the pull queues'.
 
 Whoever settles a task (``done``, ``dead`` or ``cancelled``) rings
 :func:`ring_settled`: one ``PUBLISH`` per task on its own channel
@@ -41,6 +46,8 @@ import redis
 import redis.asyncio as aioredis
 from django.conf import settings
 
+from queues.models import Queue
+from taskforge.infra import rowcache
 from taskforge.infra.redis import (
     Client,
     Pipeline,
@@ -72,6 +79,26 @@ def channel() -> str:
     return f"{CHANNEL_PREFIX}{{{database_number(settings.REDIS_URL)}}}"
 
 
+def push_channel() -> str:
+    """The doorbell channel of this deployment's push queues (same scoping and hash tag as :func:`channel`)."""
+    return f"{channel()}:push"
+
+
+def _load_push_flag(queue_name: str) -> bool | None:
+    found = list(Queue.objects.filter(name=queue_name).values_list("push", flat=True)[:1])
+    return (found[0] is not None) if found else None
+
+
+# Whether a queue is a push queue, for rings that know only its name (the loops, promotions); a queue
+# switched between push and pull is seen at once, as every cached queue row is (taskforge.infra.rowcache).
+_push_flags: rowcache.RowCache[bool] = rowcache.RowCache(_load_push_flag)
+
+
+def is_push_queue(queue_name: str) -> bool:
+    """Whether ``queue_name`` is a push queue (an unknown queue is not)."""
+    return bool(_push_flags.get(queue_name))
+
+
 def settled_channel(task_id: str) -> str:
     """The channel rung when the task is settled (same database scoping and hash tag as :func:`channel`)."""
     return f"{SETTLED_PREFIX}{{{database_number(settings.REDIS_URL)}}}:{task_id}"
@@ -91,21 +118,26 @@ def ring_settled(task_ids: list[str], pipe: Pipeline) -> None:
         _publish(pipe, settled_channel(task_id), b"")
 
 
-def ring(queue_name: str, count: int = 0, *, pipe: Pipeline | None = None) -> None:
-    """Tell every API process that ``count`` tasks (0: some) became claimable in the queue.
+def ring(queue_name: str, count: int = 0, *, push: bool | None = None, pipe: Pipeline | None = None) -> None:
+    """Tell the processes that take the queue's tasks that ``count`` (0: some) became claimable.
 
-    With ``pipe``, the bell is only queued on it: it rings when the caller
-    executes the pipeline, after the commands queued before it. (On a Cluster
-    the pipeline's commands for other nodes travel on other connections, so a
+    ``push`` says whether it is a push queue (the pusher's bell) or a pull
+    queue (the API processes' bell); None looks it up by name. With ``pipe``,
+    the bell is only queued on it: it rings when the caller executes the
+    pipeline, after the commands queued before it. (On a Cluster the
+    pipeline's commands for other nodes travel on other connections, so a
     bell may reach a waiter a moment before the lane write it follows; the
     waiter then finds the task through Postgres.)
     """
     message = f"{count} {queue_name}".encode()
+    if push is None:
+        push = is_push_queue(queue_name)
+    name = push_channel() if push else channel()
     if pipe is not None:
-        _publish(pipe, channel(), message)
+        _publish(pipe, name, message)
         return
     try:
-        _publish(redis_client(), channel(), message)
+        _publish(redis_client(), name, message)
     except redis.RedisError:
         logger.warning("redis unavailable: long-poll wakeup skipped", extra={"queue": queue_name})
 
@@ -136,9 +168,15 @@ class Waiter:
 
 
 class Hub:
-    """One process's subscription to the doorbell channel, shared by all its waiters."""
+    """One process's subscription to a doorbell channel, shared by all its waiters.
 
-    def __init__(self) -> None:
+    The API processes' hubs hear the pull queues' bells (:func:`channel`) and
+    follow the task channels of results waited for; the pusher's hears the
+    push queues' bells (:func:`push_channel`).
+    """
+
+    def __init__(self, *, push: bool = False) -> None:
+        self.push = push
         self.waiters: list[Waiter] = []
         self.connected = False
         # Set once the first subscription attempt has succeeded or failed.
@@ -225,7 +263,7 @@ class Hub:
     async def _listen(self) -> None:
         backoff = 0.2
         while True:
-            claims = channel()
+            claims = push_channel() if self.push else channel()
             client: aioredis.Redis | None = None
             # Subscribe confirmations are read too: a Cluster ends a sharded
             # subscription when its slot moves, and says so only that way.
@@ -298,13 +336,19 @@ class Hub:
             waiter.event.set()
 
 
-_hubs: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Hub] = weakref.WeakKeyDictionary()
+_hubs: dict[bool, weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Hub]] = {
+    push: weakref.WeakKeyDictionary() for push in (False, True)
+}
 
 
-def hub() -> Hub:
-    """The hub of the running event loop (a server has one loop; tests make many)."""
+def hub(*, push: bool = False) -> Hub:
+    """The running event loop's hub of the pull queues' bells, or of the push queues' with ``push``.
+
+    A server has one loop; tests make many.
+    """
+    hubs = _hubs[push]
     loop = asyncio.get_running_loop()
-    found = _hubs.get(loop)
+    found = hubs.get(loop)
     if found is None:
-        found = _hubs[loop] = Hub()
+        found = hubs[loop] = Hub(push=push)
     return found

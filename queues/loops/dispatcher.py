@@ -49,13 +49,14 @@ def refill_lanes() -> int:
        garbage a claim drops.
     3. A queue whose lane gained ids rings its doorbell.
     """
-    queues = list(Queue.objects.filter(paused=False).values_list("id", "name"))
+    queues = list(Queue.objects.filter(paused=False).values_list("id", "name", "push"))
     if not queues:
         return 0
-    names = [name for _, name in queues]
+    names = [name for _, name, _ in queues]
+    push_queues = {name for _, name, push in queues if push is not None}
     limits = [lanes.LANE_CAPACITY if size < lanes.LANE_LOW_WATER else HEAD_REFRESH for size in lanes.sizes(names)]
     with connection.cursor() as cursor:
-        cursor.execute(_READY_HEADS, {"queue_ids": [qid for qid, _ in queues], "names": names, "limits": limits})
+        cursor.execute(_READY_HEADS, {"queue_ids": [qid for qid, _, _ in queues], "names": names, "limits": limits})
         found = cursor.fetchall()
     entries: dict[str, dict[str, int]] = {}
     for name, task_id, priority, scheduled_at in found:
@@ -70,7 +71,7 @@ def refill_lanes() -> int:
     for name, added in zip(entries, results[0::2], strict=True):
         if added:
             added_total += int(added)
-            doorbell.ring(name, int(added))
+            doorbell.ring(name, int(added), push=name in push_queues)
     return added_total
 
 

@@ -1,9 +1,9 @@
 """The push queues' doorbells, heard on the pusher's event loop.
 
-Whoever makes tasks claimable rings the queue's doorbell (``queues.dispatch.doorbell``). The
-pusher's pass runs on its own thread and would otherwise find new tasks only on its timers; this
-listener waits on the process's doorbell hub with one waiter per push queue and hands the names
-that rang to the pass, waking it (``wake``).
+Whoever makes tasks claimable rings the queue's doorbell (``queues.dispatch.doorbell``), a push
+queue's on a channel of its own. The pusher's pass runs on its own thread and would otherwise find
+new tasks only on its timers; this listener waits on the process's hub of the push queues' bells
+with one waiter per push queue and hands the names that rang to the pass, waking it (``wake``).
 
 The waiters are registered afresh after each bell and whenever the queue names change (a queue
 switched to push). A bell rung while they are re-registered is not lost: the pass it woke claims
@@ -50,7 +50,7 @@ class PushBells:
 
     async def listen(self) -> None:
         """On the event loop, until cancelled: note the bells of ``names`` and wake the pass."""
-        hub = doorbell.hub()
+        hub = doorbell.hub(push=True)
         while True:
             names = self.names
             if not names:
@@ -77,4 +77,4 @@ class PushBells:
     @staticmethod
     async def close() -> None:
         """Stop the process's doorbell hub on this event loop (the pusher's, at shutdown)."""
-        await doorbell.hub().aclose()
+        await doorbell.hub(push=True).aclose()

@@ -68,7 +68,7 @@ def test_a_quiet_hub_lets_the_poll_wait_after_its_first_attempt_and_a_bell_ends_
         await asyncio.sleep(0.3)
         assert attempts.names() == [FIRST]  # waiting, with no second attempt
         attempts.ready = True
-        doorbell.ring(QUEUE, 1)
+        doorbell.ring(QUEUE, 1, push=False)
         await asyncio.wait_for(poll, 5)
         return attempts
 
@@ -85,13 +85,13 @@ def test_a_bell_heard_during_the_first_attempt_makes_the_poll_try_again_at_once(
         poll = asyncio.ensure_future(long_poll(attempts))
         await asyncio.sleep(0.05)
         mark = hub.mark()
-        doorbell.ring(QUEUE, 1)  # a task committed after the first attempt read
+        doorbell.ring(QUEUE, 1, push=False)  # a task committed after the first attempt read
         await _heard(hub, mark)
         attempts.during_first.set_result(None)
         await asyncio.sleep(0.3)
         assert attempts.names() == [FIRST, AGAIN]
         attempts.ready = True
-        doorbell.ring(QUEUE, 1)
+        doorbell.ring(QUEUE, 1, push=False)
         await asyncio.wait_for(poll, 5)
         return attempts
 
