@@ -15,6 +15,7 @@ import time
 from collections.abc import Awaitable, Callable
 
 import pytest
+from django.db import connection
 
 import queues.api.lookups  # noqa: F401  # as in an API process, where queues are edited: saves drop cached copies
 from queues.dispatch import doorbell
@@ -73,9 +74,15 @@ def test_a_bell_rung_by_name_goes_where_the_queue_is_taken():
     QueueFactory(name="orders")
     QueueFactory(name="hooks", push=PUSH_SETTINGS)
 
+    def ring_by_name(name: str) -> None:
+        try:
+            doorbell.ring(name, 1)
+        finally:
+            connection.close()  # the lookup's connection goes back to the pool with the thread's work
+
     async def ring(name: str, push: bool) -> None:
         # The loops know a queue by its name only, and ring from their threads.
-        await asyncio.to_thread(doorbell.ring, name, 1)
+        await asyncio.to_thread(ring_by_name, name)
 
     asyncio.run(_ring_and_listen(ring))
 
