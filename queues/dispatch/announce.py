@@ -35,7 +35,7 @@ def announce(queue: Queue, rows: Sequence[Row]) -> None:
     _announce(queue.name, rows, paused=queue.paused, push=queue.push is not None)
 
 
-def _announce(queue_name: str, rows: Sequence[Row], *, paused: bool, push: bool) -> None:
+def _announce(queue_name: str, rows: Sequence[Row], *, paused: bool, push: bool | None) -> None:
     if not rows:
         doorbell.ring(queue_name, push=push)
         return
@@ -87,8 +87,7 @@ def announce_ids(queue_id: uuid.UUID, rows: Sequence[Row]) -> None:
     """``announce`` for rows of a queue known by its id only (promotions, retry now)."""
     from queues.telemetry.observe import queue_name
 
-    name = queue_name(queue_id)
-    _announce(name, rows, paused=False, push=doorbell.is_push_queue(name))
+    _announce(queue_name(queue_id), rows, paused=False, push=None)  # both bells: one per queue and batch
 
 
 def forget(queue: Queue) -> None:

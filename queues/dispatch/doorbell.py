@@ -7,8 +7,9 @@ wake everyone), on :func:`channel` for a pull queue, whose tasks workers
 claim, and on :func:`push_channel` for a push queue, whose tasks only the
 pusher takes. Every process that listens reads every bell of its channel
 (160-240 µs of CPU each, most of it redis-py's asyncio subscription and the
-event loop's wake-up), so the API processes never hear the push queues'
-bells and the pusher never hears the pull queues'.
+event loop's wake-up), so the API processes do not hear the push queues'
+bells and the pusher does not hear the pull queues' (but for the few rung
+on both by callers that know a queue by its name only, see :func:`ring`).
 
 Whoever settles a task (``done``, ``dead`` or ``cancelled``) rings
 :func:`ring_settled`: one ``PUBLISH`` per task on its own channel
@@ -46,8 +47,6 @@ import redis
 import redis.asyncio as aioredis
 from django.conf import settings
 
-from queues.models import Queue
-from taskforge.infra import rowcache
 from taskforge.infra.redis import (
     Client,
     Pipeline,
@@ -84,21 +83,6 @@ def push_channel() -> str:
     return f"{channel()}:push"
 
 
-def _load_push_flag(queue_name: str) -> bool | None:
-    found = list(Queue.objects.filter(name=queue_name).values_list("push", flat=True)[:1])
-    return (found[0] is not None) if found else None
-
-
-# Whether a queue is a push queue, for rings that know only its name (the loops, promotions); a queue
-# switched between push and pull is seen at once, as every cached queue row is (taskforge.infra.rowcache).
-_push_flags: rowcache.RowCache[bool] = rowcache.RowCache(_load_push_flag)
-
-
-def is_push_queue(queue_name: str) -> bool:
-    """Whether ``queue_name`` is a push queue (an unknown queue is not)."""
-    return bool(_push_flags.get(queue_name))
-
-
 def settled_channel(task_id: str) -> str:
     """The channel rung when the task is settled (same database scoping and hash tag as :func:`channel`)."""
     return f"{SETTLED_PREFIX}{{{database_number(settings.REDIS_URL)}}}:{task_id}"
@@ -118,26 +102,30 @@ def ring_settled(task_ids: list[str], pipe: Pipeline) -> None:
         _publish(pipe, settled_channel(task_id), b"")
 
 
-def ring(queue_name: str, count: int = 0, *, push: bool | None = None, pipe: Pipeline | None = None) -> None:
+def ring(queue_name: str, count: int = 0, *, push: bool | None, pipe: Pipeline | None = None) -> None:
     """Tell the processes that take the queue's tasks that ``count`` (0: some) became claimable.
 
     ``push`` says whether it is a push queue (the pusher's bell) or a pull
-    queue (the API processes' bell); None looks it up by name. With ``pipe``,
-    the bell is only queued on it: it rings when the caller executes the
-    pipeline, after the commands queued before it. (On a Cluster the
-    pipeline's commands for other nodes travel on other connections, so a
-    bell may reach a waiter a moment before the lane write it follows; the
-    waiter then finds the task through Postgres.)
+    queue (the API processes' bell). None, from callers that know the queue
+    by its name only (the scheduler's Redis-only fast tier, promotions), rings
+    both: those ring once per queue and batch, not once per task, so the
+    listener that does not need it pays little, and a lookup would put a
+    Postgres query where there was none. With ``pipe``, the bells are only
+    queued on it: they ring when the caller executes the pipeline, after the
+    commands queued before them. (On a Cluster the pipeline's commands for
+    other nodes travel on other connections, so a bell may reach a waiter a
+    moment before the lane write it follows; the waiter then finds the task
+    through Postgres.)
     """
     message = f"{count} {queue_name}".encode()
-    if push is None:
-        push = is_push_queue(queue_name)
-    name = push_channel() if push else channel()
+    names = [channel(), push_channel()] if push is None else [push_channel() if push else channel()]
     if pipe is not None:
-        _publish(pipe, name, message)
+        for name in names:
+            _publish(pipe, name, message)
         return
     try:
-        _publish(redis_client(), name, message)
+        for name in names:
+            _publish(redis_client(), name, message)
     except redis.RedisError:
         logger.warning("redis unavailable: long-poll wakeup skipped", extra={"queue": queue_name})
 

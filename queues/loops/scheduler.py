@@ -99,7 +99,7 @@ def move_due() -> int:
     for name in lanes.scheduled_queues():
         into_lane, retries = lanes.move_due(name)
         if into_lane:
-            doorbell.ring(name, into_lane)  # a push queue's bell goes to the pusher (looked up by name)
+            doorbell.ring(name, into_lane, push=None)  # known by name only: both bells, one per queue and tick
         moved += into_lane
         retries_due += retries
     if retries_due:

@@ -1,4 +1,5 @@
-"""Pull queues' bells reach the API processes' hubs only, push queues' bells the pusher's only (real Redis).
+"""Pull queues' bells reach the API processes' hubs only, push queues' bells the pusher's only (real Redis);
+a bell of a queue known by its name only reaches both.
 
 Every listening process reads every bell of its channel, so a bell on the
 wrong one costs a process CPU for nothing (or, missed, costs a wait its
@@ -15,10 +16,8 @@ import time
 from collections.abc import Awaitable, Callable
 
 import pytest
-from django.db import connection
 
-import queues.api.lookups  # noqa: F401  # as in an API process, where queues are edited: saves drop cached copies
-from queues.dispatch import doorbell
+from queues.dispatch import announce, doorbell
 from tests.factories import QueueFactory
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -39,13 +38,17 @@ async def _heard_at_least(hub: doorbell.Hub, before: int | None, bells: int) -> 
         await asyncio.sleep(0.005)
 
 
+async def _warm(hub: doorbell.Hub) -> doorbell.Hub:
+    """``hub`` subscribed, and done with the wake-up it gives every waiter when it connects."""
+    async with hub.waiter("warm_up", 1):
+        pass
+    assert hub.connected
+    return hub
+
+
 async def _ring_and_listen(ring: Callable[[str, bool], Awaitable[None]]) -> None:
     """Ring orders (pull), hooks (push), orders again; each hub must hear its own queue's bells only."""
-    pull_hub, push_hub = doorbell.hub(), doorbell.hub(push=True)
-    for hub in (pull_hub, push_hub):
-        async with hub.waiter("warm_up", 1):  # subscribed; its wake-up of every waiter on connecting is done
-            pass
-        assert hub.connected
+    pull_hub, push_hub = await _warm(doorbell.hub()), await _warm(doorbell.hub(push=True))
     async with contextlib.AsyncExitStack() as stack:
         pull_orders = await stack.enter_async_context(pull_hub.waiter("orders", 1))
         pull_hooks = await stack.enter_async_context(pull_hub.waiter("hooks", 1))
@@ -70,27 +73,26 @@ def test_each_hub_hears_only_its_own_kind_of_queue():
     asyncio.run(_ring_and_listen(ring))
 
 
-def test_a_bell_rung_by_name_goes_where_the_queue_is_taken():
-    QueueFactory(name="orders")
-    QueueFactory(name="hooks", push=PUSH_SETTINGS)
-
-    def ring_by_name(name: str) -> None:
-        try:
-            doorbell.ring(name, 1)
-        finally:
-            connection.close()  # the lookup's connection goes back to the pool with the thread's work
+def test_announcing_a_queue_rings_the_hub_that_takes_its_tasks():
+    queues = {"orders": QueueFactory(name="orders"), "hooks": QueueFactory(name="hooks", push=PUSH_SETTINGS)}
 
     async def ring(name: str, push: bool) -> None:
-        # The loops know a queue by its name only, and ring from their threads.
-        await asyncio.to_thread(ring_by_name, name)
+        announce.announce(queues[name], [])  # as a resumed queue is announced
 
     asyncio.run(_ring_and_listen(ring))
 
 
-def test_a_queue_switched_to_push_rings_the_pusher_at_once():
-    queue = QueueFactory(name="switching")
-    assert not doorbell.is_push_queue("switching")  # read, and cached
-    queue.push = PUSH_SETTINGS
-    queue.save()
-    assert doorbell.is_push_queue("switching")
-    assert not doorbell.is_push_queue("no_such_queue")
+def test_a_bell_of_a_queue_known_by_name_only_reaches_both_hubs():
+    async def scenario() -> None:
+        hubs = [await _warm(doorbell.hub()), await _warm(doorbell.hub(push=True))]
+        async with contextlib.AsyncExitStack() as stack:
+            waiters = [await stack.enter_async_context(hub.waiter("due_soon", 1)) for hub in hubs]
+            doorbell.ring("due_soon", 1, push=None)  # the scheduler's fast tier knows queues by name only
+            deadline = time.monotonic() + 5
+            while not all(waiter.event.is_set() for waiter in waiters):
+                assert time.monotonic() < deadline, "a hub never heard the bell"
+                await asyncio.sleep(0.005)
+        for hub in hubs:
+            await hub.aclose()
+
+    asyncio.run(scenario())
