@@ -124,8 +124,10 @@ def ring(queue_name: str, count: int = 0, *, push: bool | None, pipe: Pipeline |
             _publish(pipe, name, message)
         return
     try:
+        own = redis_client().pipeline(transaction=False)  # both bells, when both, in one round trip
         for name in names:
-            _publish(redis_client(), name, message)
+            _publish(own, name, message)
+        own.execute()
     except redis.RedisError:
         logger.warning("redis unavailable: long-poll wakeup skipped", extra={"queue": queue_name})
 
