@@ -302,6 +302,32 @@ def test_after_a_long_poll_that_waited_the_worker_asks_again_at_once(taskforge):
     assert time.monotonic() - started < 15  # not 60 s of --poll-interval
 
 
+@pytest.mark.parametrize(("cooldown", "gathered"), [("4", True), ("0", False)])
+def test_tasks_trickling_in_after_a_claim_wait_for_the_claim_cooldown_and_come_in_one_claim(
+    taskforge, cooldown, gathered
+):
+    """After a claim that got fewer tasks than it asked for, the next starts --claim-cooldown after it."""
+    QueueFactory(name="stream")
+    producer = taskforge.client("producer")
+    worker = taskforge.start_worker("--queue", "stream", "--claim-cooldown", cooldown, worker_id=f"gather-{cooldown}")
+    wait_for(lambda: worker.events("worker.start"), what="the worker started")
+    first = producer.enqueue("stream", {"n": 0})
+    wait_for(lambda: producer.get_task("stream", first["id"])["claimed_at"], what="the first task claimed")
+    # Enqueued while the worker cools down after claiming the first one alone.
+    later = [producer.enqueue("stream", {"n": n}) for n in (1, 2)]
+    ids = [first["id"], *(task["id"] for task in later)]
+    wait_for(finished(producer, "stream", ids), what="every task done", timeout=20)
+    first_claim, *later_claims = (at({"at": producer.get_task("stream", i)["claimed_at"]}) for i in ids)
+    gap = (later_claims[0] - first_claim).total_seconds()
+    if gathered:
+        # The claim that got the first task long-polled at most --wait-seconds (1 s) for it.
+        assert gap >= 3, gap
+        assert abs((later_claims[1] - later_claims[0]).total_seconds()) < 0.05  # one claim took both
+    else:
+        assert gap < 1.5, gap
+    assert worker.terminate() == 0
+
+
 @pytest.mark.django_db(transaction=False)
 @pytest.mark.parametrize(
     ("argv", "env", "message"),

@@ -31,6 +31,7 @@ def test_defaults_need_only_an_api_key():
         30.0,
     )
     assert (config.log_format, config.log_level) == ("json", "INFO")
+    assert config.claim_cooldown == 0.05
     assert config.worker_id  # hostname-pid
 
 
@@ -46,6 +47,7 @@ def test_every_setting_is_read_from_its_environment_variable():
         "WORKER_REQUEST_TIMEOUT": "40",
         "WORKER_WAIT_SECONDS": "30",
         "WORKER_GRACE_SECONDS": "0",
+        "WORKER_CLAIM_COOLDOWN": "0.2",
         "WORKER_LOG_FORMAT": "TEXT",
         "WORKER_LOG_LEVEL": "warning",
         "DJANGO_SETTINGS_MODULE": "mysite.settings",
@@ -60,6 +62,7 @@ def test_every_setting_is_read_from_its_environment_variable():
         0.0,
     )
     assert (config.log_format, config.log_level) == ("text", "WARNING")
+    assert config.claim_cooldown == 0.2
     assert config.django_settings == "mysite.settings"
 
 
@@ -87,6 +90,8 @@ def test_a_blank_environment_variable_counts_as_unset():
         (["--poll-interval", "soon"], {}, "WORKER_POLL_INTERVAL must be a number"),
         (["--heartbeat-interval", "0.1"], {}, "--heartbeat-interval / HEARTBEAT_INTERVAL must be between 0.2"),
         (["--grace-seconds", "-1"], {}, "--grace-seconds / WORKER_GRACE_SECONDS must be between 0"),
+        (["--claim-cooldown", "-0.1"], {}, "--claim-cooldown / WORKER_CLAIM_COOLDOWN must be between 0 and 60"),
+        ([], {"WORKER_CLAIM_COOLDOWN": "soon"}, "WORKER_CLAIM_COOLDOWN must be a number"),
         (["--log-format", "xml"], {}, "--log-format / WORKER_LOG_FORMAT must be json or text"),
         (["--log-level", "loud"], {}, "--log-level / WORKER_LOG_LEVEL must be one of DEBUG, INFO, WARNING, ERROR"),
         (["--handler", "mymodule.handle"], {}, "--handler must look like package.module:function"),

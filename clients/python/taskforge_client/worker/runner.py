@@ -7,7 +7,10 @@ Threads, and why each exists:
 
 1. The main thread claims: it long-polls for enough tasks to keep every
    handler busy plus a prefetch (up to ``concurrency x prefetch`` held, see
-   ``taskforge_client.worker.flights``) and queues them for the pool.
+   ``taskforge_client.worker.flights``) and queues them for the pool. After a
+   claim that got fewer tasks than it asked for, the next one starts no sooner
+   than ``claim_cooldown`` after it: a stream of tasks enqueued one by one is
+   then claimed a batch at a time, not one claim (and one bell) per task.
 2. ``concurrency`` pool threads run the handler, one task each. A handler's
    return value (a dict or None) becomes an ack; an exception a nack
    (``taskforge_client.worker.outcome``).
@@ -219,6 +222,10 @@ class Runner:
             for flight in flights:
                 self.flights.add(flight)
                 self._work.put(flight)
+            cooldown = asked + self.config.claim_cooldown - time.monotonic()
+            if tasks and len(tasks) < min(room, MAX_BATCH) and cooldown > 0:
+                # Tasks are trickling in: let the next ones gather, then take them in one claim.
+                self.stopping.wait(cooldown)
             if not tasks and time.monotonic() - asked < wait / 2:
                 # An empty answer that did not wait (short polling, a paused queue): pause.
                 # After a full long poll the server has waited already: ask again at once.
