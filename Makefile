@@ -28,7 +28,7 @@ WITH_SERVICES := $(if $(and $(DATABASE_URL),$(REDIS_URL)),,$(PY) -m taskforge.de
 LOCK := $(VENV)/bin/uv pip compile --quiet --generate-hashes --universal --python-version 3.12 \
 	--custom-compile-command "make lock" $(LOCK_ARGS)
 
-.PHONY: help venv run test test-unit test-browser lint typecheck format docs lock test-faults test-faults-multinode bench bench-partitions fuzz clean
+.PHONY: help venv run test test-unit test-browser lint typecheck format docs lock test-faults test-faults-multinode bench bench-phases bench-partitions fuzz clean
 
 help: ## List the targets
 	@awk 'BEGIN { FS = ":[^#]*## " } /^[a-zA-Z_-]+:.*## / { printf "  %-16s %s\n", $$1, $$2 }' $(MAKEFILE_LIST)
@@ -99,6 +99,11 @@ $(BENCH_STAMP): requirements-bench.txt
 
 bench: venv $(BENCH_STAMP) ## Benchmark against Celery (BENCH_QUICK=1: a short run)
 	$(WITH_SERVICES) $(BENCH_VENV)/bin/python -m bench
+
+# Where one single enqueue's CPU goes inside an API process (thread CPU per phase, in-process,
+# on a database of its own): the breakdown behind docs/performance.md's single-call figures.
+bench-phases: venv ## CPU of one single enqueue per phase, inside one API process (about a minute)
+	$(WITH_SERVICES) $(PY) -m bench.phases
 
 # The history's partitions measured (not part of make test; about 15 minutes, some 5 GB of disk
 # in a database of its own, dropped at the end): the online conversion of 1M events, retention

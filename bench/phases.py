@@ -1,0 +1,284 @@
+"""PHASES: where the CPU of one single enqueue goes inside an API process.
+
+``make bench-phases`` (``python -m bench.phases [REQUESTS]`` with the
+project's interpreter) makes a database of its own on the server of
+``DATABASE_URL`` (``taskforge_bench_phases``, dropped at the end) and uses
+the bench's Redis DB, then, in this one process, sends single enqueues
+straight into the ASGI application gunicorn serves (``taskforge.asgi``):
+the lean edge, its thread hand-off, the statement, the Redis announce, the
+log lines and the request metrics all run as in production; only the HTTP
+server (uvicorn's parsing and socket writes) is left out.
+
+Each phase is the CPU time of the thread that ran it (``time.thread_time``)
+inside the functions named in ``PHASES``, wrapped for the measure and put
+back after it, divided by the requests. What the process spent outside the
+wrapped functions is reported as the two remainders: the event loop's
+(routing, the body, the ASGI messages, the futures) and the request
+thread's. A sampling profiler attributes time a thread spends waiting in C
+(libpq, the socket) to the function that waits; thread CPU time does not,
+which is why this measure exists beside ``make bench``'s py-spy profiles.
+The log lines are formatted and written as always, to ``/dev/null`` (a
+pipe or a file costs one write more); the event loop's remainder includes
+this driver's own few microseconds per request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib
+import os
+import resource
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+QUEUE = "bench_phases"
+DEFAULT_REQUESTS = 3_000
+WARM_UP_REQUESTS = 200
+
+
+@dataclass(frozen=True)
+class Phase:
+    """``label``: the thread CPU inside ``owner.attribute`` (a module, a class or an object, by dotted name)."""
+
+    label: str
+    owner: str
+    attribute: str
+    on_loop: bool = False  # runs on the event loop's thread, not the request's thread
+
+
+# In the order a single enqueue meets them. None of them calls another (each is counted once).
+PHASES = (
+    Phase("API key check (cached)", "queues.api.hot", "authorize"),
+    Phase("queue lookup (cached)", "queues.api.views", "queue_or_404"),
+    Phase("body validation", "queues.api.views", "validate_enqueue"),
+    Phase("pool checkout and health check", "django.db.backends.base.base.BaseDatabaseWrapper", "connect"),
+    Phase("the INSERT, prepared, in autocommit", "queues.lifecycle.rows", "_execute"),
+    Phase("Redis lane and doorbell", "queues.dispatch.announce", "announce"),
+    Phase("transition log line and counters", "queues.lifecycle.grouped", "report_on_commit"),
+    Phase("request started signal", "django.core.signals.request_started", "send"),
+    Phase("request finished signal (connection back to the pool)", "django.core.signals.request_finished", "send"),
+    Phase("access log line", "taskforge.http.lean", "log_access", on_loop=True),
+    Phase("request metrics", "taskforge.http.lean", "record_request", on_loop=True),
+)
+THREAD_TOTAL = Phase("request thread, in all", "taskforge.http.lean", "_as_a_request")
+
+
+def _owner(dotted: str) -> Any:
+    """A module, or a class or object inside one (``package.module.name``)."""
+    try:
+        return importlib.import_module(dotted)
+    except ModuleNotFoundError:
+        module, _, name = dotted.rpartition(".")
+        return getattr(importlib.import_module(module), name)
+
+
+@contextlib.contextmanager
+def timed(phases: tuple[Phase, ...]) -> Iterator[dict[str, float]]:
+    """Wrap each phase's function to add its thread CPU seconds to the dict yielded; unwrap after."""
+    spent = {phase.label: 0.0 for phase in phases}
+    restore: list[tuple[Any, str, Any | None]] = []  # None: the wrapper shadows a class's method on an object
+
+    def wrapper(label: str, original: Callable[..., Any]) -> Callable[..., Any]:
+        def run(*args: Any, **kwargs: Any) -> Any:
+            started = time.thread_time()
+            try:
+                return original(*args, **kwargs)
+            finally:
+                spent[label] += time.thread_time() - started
+
+        return run
+
+    try:
+        for phase in phases:
+            owner = _owner(phase.owner)
+            own = phase.attribute in vars(owner)
+            # AttributeError: the code moved, and PHASES must follow it.
+            original = vars(owner)[phase.attribute] if own else getattr(owner, phase.attribute)
+            restore.append((owner, phase.attribute, original if own else None))
+            setattr(owner, phase.attribute, wrapper(phase.label, original))
+        yield spent
+    finally:
+        for owner, attribute, original in reversed(restore):
+            if original is None:
+                delattr(owner, attribute)
+            else:
+                setattr(owner, attribute, original)
+
+
+def _scope(key: str, body: bytes) -> dict[str, Any]:
+    return {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": f"/queues/{QUEUE}/tasks",
+        "raw_path": f"/queues/{QUEUE}/tasks".encode(),
+        "query_string": b"",
+        "root_path": "",
+        "headers": [
+            (b"host", b"127.0.0.1"),
+            (b"authorization", f"Bearer {key}".encode()),
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(body)).encode()),
+            (b"user-agent", b"bench-phases"),
+        ],
+        "client": ("127.0.0.1", 40000),
+        "server": ("127.0.0.1", 8080),
+        "state": {},
+    }
+
+
+async def _enqueue(application: Any, scope: dict[str, Any], body: bytes) -> int:
+    """One request through the ASGI application; its status."""
+    received = False
+    status: list[int] = []
+
+    async def receive() -> dict[str, Any]:
+        nonlocal received
+        if not received:
+            received = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        await asyncio.Event().wait()  # the client never leaves
+        raise AssertionError("unreachable")
+
+    async def send(message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.start":
+            status.append(message["status"])
+
+    await application(dict(scope), receive, send)
+    return status[0]
+
+
+async def measure(application: Any, key: str, requests: int) -> dict[str, float]:
+    """Microseconds of CPU per enqueue: each phase, the two remainders and the process in all.
+
+    Needs Django set up, a queue named ``QUEUE`` and ``key`` a producer key.
+    """
+    body = orjson.dumps({"payload": {"n": 1}})
+    scope = _scope(key, body)
+    for _ in range(WARM_UP_REQUESTS):
+        await _expect_created(application, scope, body)
+    with timed((*PHASES, THREAD_TOTAL)) as spent:
+        before = resource.getrusage(resource.RUSAGE_SELF)
+        for _ in range(requests):
+            await _expect_created(application, scope, body)
+        after = resource.getrusage(resource.RUSAGE_SELF)
+    process = after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
+    thread_phases = sum(spent[phase.label] for phase in PHASES if not phase.on_loop)
+    loop_phases = sum(spent[phase.label] for phase in PHASES if phase.on_loop)
+    seconds = {phase.label: spent[phase.label] for phase in PHASES}
+    seconds["request thread, the rest"] = spent[THREAD_TOTAL.label] - thread_phases
+    seconds["event loop, the rest"] = process - spent[THREAD_TOTAL.label] - loop_phases
+    seconds["the process, in all"] = process
+    return {label: value / requests * 1e6 for label, value in seconds.items()}
+
+
+async def _expect_created(application: Any, scope: dict[str, Any], body: bytes) -> None:
+    status = await _enqueue(application, scope, body)
+    if status != 201:
+        raise RuntimeError(f"an enqueue was answered {status}, not 201")
+
+
+async def _quietly(stream: Any, work: Any) -> Any:
+    """``work``, with the root logger's stream handlers (standard output) writing to ``stream``."""
+    import logging
+
+    handlers = [h for h in logging.getLogger().handlers if isinstance(h, logging.StreamHandler)]
+    previous = [handler.setStream(stream) for handler in handlers]
+    try:
+        return await work
+    finally:
+        for handler, old in zip(handlers, previous, strict=True):
+            if old is not None:
+                handler.setStream(old)
+
+
+def table(figures: dict[str, float]) -> str:
+    total = figures["the process, in all"]
+    lines = ["| Phase | µs per enqueue | Share |", "| --- | ---: | ---: |"]
+    lines += [f"| {label} | {value:.0f} | {value / total:.0%} |" for label, value in figures.items()]
+    return "\n".join(lines)
+
+
+def _prepare(server_database_url: str, server_redis_url: str) -> tuple[str, str]:
+    """A fresh database and the bench's Redis DB, in this process's environment; Django set up on them."""
+    import psycopg
+    import redis
+    from psycopg import sql
+
+    from bench.config import Config
+    from bench.stack import database_url_for, redis_url_for_db
+
+    cfg = Config()
+    name = f"{cfg.database}_phases"
+    with psycopg.connect(server_database_url, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    redis_url = redis_url_for_db(server_redis_url, cfg.redis_db)
+    redis.Redis.from_url(redis_url).flushdb()
+    os.environ["DATABASE_URL"] = database_url_for(server_database_url, name)
+    os.environ["REDIS_URL"] = redis_url
+    os.environ.setdefault("DJANGO_SECRET_KEY", "bench-only-not-secret")
+    # As gunicorn runs it (taskforge.dev.launcher): request metrics shared through files.
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="taskforge-phases-")
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "taskforge.settings")
+    return name, server_database_url
+
+
+def _drop(name: str, server_database_url: str) -> None:
+    import psycopg
+    from django.db import connections
+    from psycopg import sql
+
+    connections.close_all()
+    with psycopg.connect(server_database_url, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+
+
+def _application_and_key() -> tuple[Any, str]:
+    """Django set up on the fresh database, migrated, with the queue and a producer key; the ASGI app."""
+    import django
+    from django.core.management import call_command
+
+    django.setup(set_prefix=False)
+    call_command("migrate", verbosity=0)
+    from queues.apikeys import create_key
+    from queues.models import Queue
+    from taskforge.asgi import application
+
+    Queue.objects.create(name=QUEUE)
+    _, key = create_key("bench-phases", "producer")
+    return application, key
+
+
+def main(argv: list[str]) -> int:
+    import uvloop  # what gunicorn's uvicorn worker runs
+
+    requests = int(argv[0]) if argv else DEFAULT_REQUESTS
+    server_database_url = os.environ.get("DATABASE_URL", "")
+    server_redis_url = os.environ.get("REDIS_URL", "")
+    if not server_database_url or not server_redis_url:
+        print("bench.phases: DATABASE_URL and REDIS_URL name the Postgres server and Redis to use", file=sys.stderr)
+        return 2
+    name, server = _prepare(server_database_url, server_redis_url)
+    try:
+        application, key = _application_and_key()
+        with open(os.devnull, "w") as devnull:
+            figures = uvloop.run(_quietly(devnull, measure(application, key, requests)))
+        print(f"CPU of one single enqueue inside an API process, {requests:,} enqueues in a row:\n")
+        print(table(figures))
+    finally:
+        _drop(name, server)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

@@ -1,0 +1,52 @@
+"""bench.phases: one single enqueue's CPU per phase, through the real ASGI application, Postgres and Redis."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from bench import phases
+from queues.models import Queue, Task
+
+
+def _originals() -> list[object]:
+    found = []
+    for phase in (*phases.PHASES, phases.THREAD_TOTAL):
+        owner = phases._owner(phase.owner)
+        found.append(vars(owner).get(phase.attribute))
+    return found
+
+
+def test_the_phases_are_wrapped_for_the_measure_and_put_back_after_it():
+    before = _originals()
+    with phases.timed((*phases.PHASES, phases.THREAD_TOTAL)):
+        during = _originals()
+    assert _originals() == before
+    # Module and class functions are replaced; the signals' send is shadowed on the object.
+    assert all(inside is not outside for inside, outside in zip(during, before, strict=True))
+
+
+def test_a_phase_whose_function_moved_is_refused_and_nothing_stays_wrapped():
+    before = _originals()
+    moved = phases.Phase("gone", "queues.lifecycle.rows", "no_such_function")
+    with pytest.raises(AttributeError), phases.timed((*phases.PHASES, moved)):
+        pass
+    assert _originals() == before
+
+
+@pytest.mark.django_db(transaction=True)
+def test_every_phase_of_an_enqueue_is_measured_through_the_application(make_key):
+    from taskforge.asgi import application
+
+    Queue.objects.create(name=phases.QUEUE)
+    key = make_key("producer")
+    figures = asyncio.run(phases.measure(application, key, requests=40))
+    # The enqueues really went through: warm-up and measured, each a task.
+    assert Task.objects.filter(queue__name=phases.QUEUE).count() == phases.WARM_UP_REQUESTS + 40
+    labels = [phase.label for phase in phases.PHASES]
+    assert list(figures) == [*labels, "request thread, the rest", "event loop, the rest", "the process, in all"]
+    # Every wrapped function ran in each request, on a thread clock that only moves forward.
+    assert all(figures[label] > 0 for label in labels)
+    assert figures["request thread, the rest"] >= 0
+    assert "| the process, in all |" in phases.table(figures)
