@@ -320,8 +320,8 @@ def test_tasks_trickling_in_after_a_claim_wait_for_the_claim_cooldown_and_come_i
     first_claim, *later_claims = (at({"at": producer.get_task("stream", i)["claimed_at"]}) for i in ids)
     gap = (later_claims[0] - first_claim).total_seconds()
     if gathered:
-        # The claim that got the first task long-polled at most --wait-seconds (1 s) for it.
-        assert gap >= 3, gap
+        # The claim that got the first task began at most --wait-seconds (1 s) and a moment before it.
+        assert gap >= 2.5, gap
         assert abs((later_claims[1] - later_claims[0]).total_seconds()) < 0.05  # one claim took both
     else:
         assert gap < 1.5, gap
