@@ -12,9 +12,9 @@ server (uvicorn's parsing and socket writes) is left out.
 Each phase is the CPU time of the thread that ran it (``time.thread_time``)
 inside the functions named in ``PHASES``, wrapped for the measure and put
 back after it, divided by the requests. What the process spent outside the
-wrapped functions is reported as the two remainders: the event loop's
-(routing, the body, the ASGI messages, the futures) and the request
-thread's. A sampling profiler attributes time a thread spends waiting in C
+wrapped functions is reported as remainders: the event loop's (routing,
+the body, the ASGI messages, the futures), the request thread's, and the
+process's other threads'. A sampling profiler attributes time a thread spends waiting in C
 (libpq, the socket) to the function that waits; thread CPU time does not,
 which is why this measure exists beside ``make bench``'s py-spy profiles.
 The log lines are formatted and written as always, to ``/dev/null`` (a
@@ -68,6 +68,9 @@ PHASES = (
     Phase("request metrics", "taskforge.http.lean", "record_request", on_loop=True),
 )
 THREAD_TOTAL = Phase("request thread, in all", "taskforge.http.lean", "_as_a_request")
+# The process's other threads meanwhile: the metrics writer, the key and queue cache's change watch,
+# the connection pool's own workers.
+OTHER_THREADS = "other threads (metrics writer, cache change watch, connection pool)"
 
 
 def _owner(dotted: str) -> Any:
@@ -168,15 +171,18 @@ async def measure(application: Any, key: str, requests: int) -> dict[str, float]
         await _expect_created(application, scope, body)
     with timed((*PHASES, THREAD_TOTAL)) as spent:
         before = resource.getrusage(resource.RUSAGE_SELF)
+        loop_started = time.thread_time()  # this coroutine runs on the event loop's thread
         for _ in range(requests):
             await _expect_created(application, scope, body)
+        loop = time.thread_time() - loop_started
         after = resource.getrusage(resource.RUSAGE_SELF)
     process = after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
     thread_phases = sum(spent[phase.label] for phase in PHASES if not phase.on_loop)
     loop_phases = sum(spent[phase.label] for phase in PHASES if phase.on_loop)
     seconds = {phase.label: spent[phase.label] for phase in PHASES}
     seconds["request thread, the rest"] = spent[THREAD_TOTAL.label] - thread_phases
-    seconds["event loop, the rest"] = process - spent[THREAD_TOTAL.label] - loop_phases
+    seconds["event loop, the rest"] = loop - loop_phases
+    seconds[OTHER_THREADS] = process - loop - spent[THREAD_TOTAL.label]
     seconds["the process, in all"] = process
     return {label: value / requests * 1e6 for label, value in seconds.items()}
 
