@@ -37,7 +37,7 @@ from bench import (
 from bench.context import Context, reference_worker_available
 from bench.procs import ROOT, Interrupted, Supervisor, raise_on_termination
 from bench.profile import Profiler
-from bench.stack import Stack, start_dedicated_redis
+from bench.stack import Stack, drop_database, start_dedicated_redis
 
 RESULTS = ROOT / "bench" / "results"
 KEEP_LOG_DIRS = 3
@@ -257,11 +257,9 @@ def _explain(ctx: Context) -> dict[str, str]:
 
 def _drop_database(stack: Stack) -> None:
     import psycopg
-    from psycopg import sql
 
     try:
-        with psycopg.connect(stack.server_database_url, autocommit=True) as conn:
-            conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(stack.database_name)))
+        drop_database(stack.server_database_url, stack.database_name)
     except psycopg.Error as exc:
         print(f"bench: could not drop {stack.database_name}: {exc}", file=sys.stderr)
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import importlib
+import logging
 import os
 import resource
 import sys
@@ -161,7 +162,7 @@ async def _enqueue(application: Any, scope: dict[str, Any], body: bytes) -> int:
 
 
 async def measure(application: Any, key: str, requests: int) -> dict[str, float]:
-    """Microseconds of CPU per enqueue: each phase, the two remainders and the process in all.
+    """Microseconds of CPU per enqueue: each phase, the three remainders and the process in all.
 
     Needs Django set up, a queue named ``QUEUE`` and ``key`` a producer key.
     """
@@ -195,8 +196,6 @@ async def _expect_created(application: Any, scope: dict[str, Any], body: bytes) 
 
 async def _quietly(stream: Any, work: Any) -> Any:
     """``work``, with the root logger's stream handlers (standard output) writing to ``stream``."""
-    import logging
-
     handlers = [h for h in logging.getLogger().handlers if isinstance(h, logging.StreamHandler)]
     previous = [handler.setStream(stream) for handler in handlers]
     try:
@@ -214,20 +213,16 @@ def table(figures: dict[str, float]) -> str:
     return "\n".join(lines)
 
 
-def _prepare(server_database_url: str, server_redis_url: str) -> tuple[str, str]:
-    """A fresh database and the bench's Redis DB, in this process's environment; Django set up on them."""
-    import psycopg
+def _prepare(server_database_url: str, server_redis_url: str) -> str:
+    """A fresh database and the bench's Redis DB, named in this process's environment; the database's name."""
     import redis
-    from psycopg import sql
 
     from bench.config import Config
-    from bench.stack import database_url_for, redis_url_for_db
+    from bench.stack import create_database, database_url_for, redis_url_for_db
 
     cfg = Config()
     name = f"{cfg.database}_phases"
-    with psycopg.connect(server_database_url, autocommit=True) as conn:
-        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
-        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    create_database(server_database_url, name)
     redis_url = redis_url_for_db(server_redis_url, cfg.redis_db)
     redis.Redis.from_url(redis_url).flushdb()
     os.environ["DATABASE_URL"] = database_url_for(server_database_url, name)
@@ -236,17 +231,16 @@ def _prepare(server_database_url: str, server_redis_url: str) -> tuple[str, str]
     # As gunicorn runs it (taskforge.dev.launcher): request metrics shared through files.
     os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="taskforge-phases-")
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "taskforge.settings")
-    return name, server_database_url
+    return name
 
 
 def _drop(name: str, server_database_url: str) -> None:
-    import psycopg
     from django.db import connections
-    from psycopg import sql
+
+    from bench.stack import drop_database
 
     connections.close_all()
-    with psycopg.connect(server_database_url, autocommit=True) as conn:
-        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+    drop_database(server_database_url, name)
 
 
 def _application_and_key() -> tuple[Any, str]:
@@ -274,7 +268,7 @@ def main(argv: list[str]) -> int:
     if not server_database_url or not server_redis_url:
         print("bench.phases: DATABASE_URL and REDIS_URL name the Postgres server and Redis to use", file=sys.stderr)
         return 2
-    name, server = _prepare(server_database_url, server_redis_url)
+    name = _prepare(server_database_url, server_redis_url)
     try:
         application, key = _application_and_key()
         with open(os.devnull, "w") as devnull:
@@ -282,7 +276,7 @@ def main(argv: list[str]) -> int:
         print(f"CPU of one single enqueue inside an API process, {requests:,} enqueues in a row:\n")
         print(table(figures))
     finally:
-        _drop(name, server)
+        _drop(name, server_database_url)
     return 0
 
 

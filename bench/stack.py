@@ -72,6 +72,19 @@ def database_url_for(url: str, name: str) -> str:
     return urlunsplit(parts._replace(path=f"/{name}"))
 
 
+def create_database(server_url: str, name: str) -> None:
+    """Database ``name`` on the server of ``server_url``, empty: dropped first if it exists."""
+    with psycopg.connect(server_url, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+
+
+def drop_database(server_url: str, name: str) -> None:
+    """Drop database ``name`` on the server of ``server_url``, its sessions ended first."""
+    with psycopg.connect(server_url, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+
+
 def redis_url_for_db(url: str, db: int) -> str:
     parts = urlsplit(url)
     if parts.scheme == "unix":
@@ -168,10 +181,7 @@ class Stack:
     # --- setup ---------------------------------------------------------------------
 
     def reset_database(self) -> None:
-        with psycopg.connect(self.server_database_url, autocommit=True) as conn:
-            name = sql.Identifier(self.database_name)
-            conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(name))
-            conn.execute(sql.SQL("CREATE DATABASE {}").format(name))
+        create_database(self.server_database_url, self.database_name)
         self.manage("migrate", "--no-input", "-v", "0")
         for role in ("admin", "producer", "worker"):
             out = self.manage("create_api_key", f"bench-{role}", "--role", role)
