@@ -5,16 +5,16 @@ project's interpreter) makes a database of its own on the server of
 ``DATABASE_URL`` (``taskforge_bench_phases``, dropped at the end) and uses
 the bench's Redis DB, then, in this one process, sends single enqueues
 straight into the ASGI application gunicorn serves (``taskforge.asgi``):
-the lean edge, its thread hand-off, the statement, the Redis announce, the
-log lines and the request metrics all run as in production; only the HTTP
-server (uvicorn's parsing and socket writes) is left out.
+the lean edge, the statement on the event loop's pool, the Redis announce,
+the log lines and the request metrics all run as in production; only the
+HTTP server (uvicorn's parsing and socket writes) is left out.
 
-Each phase is the CPU time of the thread that ran it (``time.thread_time``)
+Each phase is the CPU time of the event loop's thread (``time.thread_time``)
 inside the functions named in ``PHASES``, wrapped for the measure and put
 back after it, divided by the requests. What the process spent outside the
 wrapped functions is reported as remainders: the event loop's (routing,
-the body, the ASGI messages, the futures), the request thread's, and the
-process's other threads'. A sampling profiler attributes time a thread spends waiting in C
+the body, the ASGI messages, the pool's checkout and return, the futures)
+and the process's other threads'. A sampling profiler attributes time a thread spends waiting in C
 (libpq, the socket) to the function that waits; thread CPU time does not,
 which is why this measure exists beside ``make bench``'s py-spy profiles.
 The log lines are formatted and written as always, to ``/dev/null`` (a
@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import importlib
+import inspect
 import logging
 import os
 import resource
@@ -46,32 +47,34 @@ WARM_UP_REQUESTS = 200
 
 @dataclass(frozen=True)
 class Phase:
-    """``label``: the thread CPU inside ``owner.attribute`` (a module, a class or an object, by dotted name)."""
+    """``label``: the thread CPU inside ``owner.attribute`` (a module, a class or an object, by dotted name).
+
+    A coroutine function is timed from its call to its end: the driver sends
+    one request at a time, so what the event loop's thread spends meanwhile is
+    that request's.
+    """
 
     label: str
     owner: str
     attribute: str
-    on_loop: bool = False  # runs on the event loop's thread, not the request's thread
 
 
-# In the order a single enqueue meets them. None of them calls another (each is counted once).
+# In the order a single enqueue meets them, all on the event loop's thread. None of them calls another
+# (each is counted once).
 PHASES = (
     Phase("API key check (cached)", "queues.api.hot", "authorize"),
-    Phase("queue lookup (cached)", "queues.api.views", "queue_or_404"),
+    Phase("queue lookup (cached)", "queues.api.hot", "queue_or_404"),
     Phase("body validation", "queues.api.views", "validate_enqueue"),
-    Phase("pool checkout and health check", "django.db.backends.base.base.BaseDatabaseWrapper", "connect"),
-    Phase("the INSERT, prepared, in autocommit", "queues.lifecycle.rows", "_execute"),
-    Phase("Redis lane and doorbell", "queues.dispatch.announce", "announce"),
-    Phase("transition log line and counters", "queues.lifecycle.grouped", "report_on_commit"),
-    Phase("request started signal", "django.core.signals.request_started", "send"),
-    Phase("request finished signal (connection back to the pool)", "django.core.signals.request_finished", "send"),
-    Phase("access log line", "taskforge.http.lean", "log_access", on_loop=True),
-    Phase("request metrics", "taskforge.http.lean", "record_request", on_loop=True),
+    Phase("health check of the connection taken (one empty query)", "taskforge.infra.postgres.aio", "_ping"),
+    Phase("the INSERT, prepared, in autocommit", "queues.lifecycle.on_loop", "fetch_rows_on"),
+    Phase("Redis lane and doorbell", "queues.dispatch.announce", "announce_on_loop"),
+    Phase("transition log line and counters", "queues.telemetry.observe", "transitions"),
+    Phase("access log line", "taskforge.http.lean", "log_access"),
+    Phase("request metrics", "taskforge.http.lean", "record_request"),
 )
-THREAD_TOTAL = Phase("request thread, in all", "taskforge.http.lean", "_as_a_request")
 # The process's other threads meanwhile: the metrics writer, the key and queue cache's change watch,
-# the connection pool's own workers.
-OTHER_THREADS = "other threads (metrics writer, cache change watch, connection pool)"
+# the connection pools' own workers.
+OTHER_THREADS = "other threads (metrics writer, cache change watch, connection pools)"
 
 
 def _owner(dotted: str) -> Any:
@@ -97,7 +100,14 @@ def timed(phases: tuple[Phase, ...]) -> Iterator[dict[str, float]]:
             finally:
                 spent[label] += time.thread_time() - started
 
-        return run
+        async def run_awaited(*args: Any, **kwargs: Any) -> Any:
+            started = time.thread_time()
+            try:
+                return await original(*args, **kwargs)
+            finally:
+                spent[label] += time.thread_time() - started
+
+        return run_awaited if inspect.iscoroutinefunction(original) else run
 
     try:
         for phase in phases:
@@ -162,28 +172,31 @@ async def _enqueue(application: Any, scope: dict[str, Any], body: bytes) -> int:
 
 
 async def measure(application: Any, key: str, requests: int) -> dict[str, float]:
-    """Microseconds of CPU per enqueue: each phase, the three remainders and the process in all.
+    """Microseconds of CPU per enqueue: each phase, the two remainders and the process in all.
 
     Needs Django set up, a queue named ``QUEUE`` and ``key`` a producer key.
+    The event loop's Postgres pool is closed at the end, as the API process closes it.
     """
+    from taskforge.infra.postgres import aio
+
     body = orjson.dumps({"payload": {"n": 1}})
     scope = _scope(key, body)
-    for _ in range(WARM_UP_REQUESTS):
-        await _expect_created(application, scope, body)
-    with timed((*PHASES, THREAD_TOTAL)) as spent:
-        before = resource.getrusage(resource.RUSAGE_SELF)
-        loop_started = time.thread_time()  # this coroutine runs on the event loop's thread
-        for _ in range(requests):
+    try:
+        for _ in range(WARM_UP_REQUESTS):
             await _expect_created(application, scope, body)
-        loop = time.thread_time() - loop_started
-        after = resource.getrusage(resource.RUSAGE_SELF)
+        with timed(PHASES) as spent:
+            before = resource.getrusage(resource.RUSAGE_SELF)
+            loop_started = time.thread_time()  # this coroutine runs on the event loop's thread
+            for _ in range(requests):
+                await _expect_created(application, scope, body)
+            loop = time.thread_time() - loop_started
+            after = resource.getrusage(resource.RUSAGE_SELF)
+    finally:
+        await aio.close()
     process = after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
-    thread_phases = sum(spent[phase.label] for phase in PHASES if not phase.on_loop)
-    loop_phases = sum(spent[phase.label] for phase in PHASES if phase.on_loop)
     seconds = {phase.label: spent[phase.label] for phase in PHASES}
-    seconds["request thread, the rest"] = spent[THREAD_TOTAL.label] - thread_phases
-    seconds["event loop, the rest"] = loop - loop_phases
-    seconds[OTHER_THREADS] = process - loop - spent[THREAD_TOTAL.label]
+    seconds["event loop, the rest"] = loop - sum(seconds.values())
+    seconds[OTHER_THREADS] = process - loop
     seconds["the process, in all"] = process
     return {label: value / requests * 1e6 for label, value in seconds.items()}
 

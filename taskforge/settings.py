@@ -107,6 +107,9 @@ TEMPLATES = [
 # --- Postgres -----------------------------------------------------------------
 
 DB_POOL_SIZE = env_int("TASKFORGE_DB_POOL_SIZE", 8, minimum=0, maximum=200)
+# Connections each API process keeps for the single enqueues its event loop runs
+# itself (taskforge/infra/postgres/aio.py); 0: they go to the thread pool like the rest.
+DB_LOOP_POOL_SIZE = env_int("TASKFORGE_DB_LOOP_POOL_SIZE", 4, minimum=0, maximum=200)
 # Threads per API process serving Django (see taskforge/asgi.py); a long poll waits
 # without one. Each holds at most one pooled connection. Python runs one thread at a
 # time per process, so more threads mostly add switching: make bench measured W1 at

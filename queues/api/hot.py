@@ -10,15 +10,42 @@ from __future__ import annotations
 
 from typing import Any
 
+from queues import lifecycle
+from queues.api.lookups import queue_or_404
 from queues.api.results import Answer as ReadAnswer
 from queues.api.results import read_task_once
-from queues.api.views import enqueue_one
+from queues.api.views import enqueue_answer, enqueue_one, new_task
 from queues.apikeys import authorize
-from taskforge.http.lean import Answer, InThread, LeanCall, Route, in_thread_handler
+from taskforge.http.lean import Answer, InThread, LeanCall, Route
+from taskforge.infra import rowcache
+from taskforge.infra.postgres import aio
 from workers import longpoll
 
 
-def _enqueue(call: LeanCall) -> Answer:
+async def _enqueue(call: LeanCall, in_thread: InThread[Any]) -> Answer:
+    """``enqueue_one``'s checks in its order; the statement on the event loop when it can run there.
+
+    Authentication and the queue come from this process's copies: when one is
+    missing (a key or queue not read yet, or the copies not trusted without
+    asking Redis) the whole call goes to the thread pool, where they load.
+    A task with an idempotency key needs a transaction of its own: the thread
+    pool's, too.
+    """
+    if not aio.enabled():
+        return await in_thread(lambda: _enqueue_in_thread(call))
+    try:
+        with rowcache.cached_only():
+            authorize(call.authorization, call.view_class, call.method)
+            queue = queue_or_404(call.params["name"])
+    except rowcache.NotCached:
+        return await in_thread(lambda: _enqueue_in_thread(call))
+    task = new_task(call.json)
+    if task.idempotency_key is not None:
+        return await in_thread(lambda: enqueue_answer(queue, *lifecycle.enqueue_single(queue, task)))
+    return enqueue_answer(queue, await lifecycle.enqueue_on_loop(queue, task), True)
+
+
+def _enqueue_in_thread(call: LeanCall) -> Answer:
     authorize(call.authorization, call.view_class, call.method)
     return enqueue_one(call.params["name"], call.json)
 
@@ -34,7 +61,7 @@ async def _read(call: LeanCall, in_thread: InThread[Any]) -> Answer | None:
 def routes() -> list[Route]:
     """``POST /queues/{name}/tasks`` and the reads of one task, as ``queues.api.views`` answers them."""
     return [
-        Route("POST", "task-list", in_thread_handler(_enqueue)),
+        Route("POST", "task-list", _enqueue),
         Route("GET", "task-detail", _read),
         Route("GET", "task-by-id", _read),
     ]

@@ -187,9 +187,17 @@ def enqueue_one(name: str, read_body: Callable[[], Any]) -> tuple[int, dict[str,
     (``lifecycle.enqueue_single``); each is answered once its task is durable.
     """
     queue = queue_or_404(name)
+    return enqueue_answer(queue, *lifecycle.enqueue_single(queue, new_task(read_body)))
+
+
+def new_task(read_body: Callable[[], Any]) -> lifecycle.NewTask:
+    """The task an enqueue's body asks for, validated (a 400 otherwise)."""
     data = read_body()
-    fields = validate_enqueue(data)
-    row, created = lifecycle.enqueue_single(queue, _new_task(fields, data))
+    return _new_task(validate_enqueue(data), data)
+
+
+def enqueue_answer(queue: Queue, row: lifecycle.Row, created: bool) -> tuple[int, dict[str, Any]]:
+    """A single enqueue's answer: 201 and the task; 200 for a replay of an idempotency key."""
     return 201 if created else 200, outputs.task(row, queue.name)
 
 

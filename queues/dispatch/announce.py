@@ -8,6 +8,7 @@ scheduler loops re-read Postgres every tick.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import uuid
 from collections.abc import Sequence
@@ -19,7 +20,7 @@ import redis
 from queues.dispatch import doorbell, lanes, ratelimit
 from queues.dispatch.outage import redis_failed, redis_usable
 from queues.models import Queue
-from taskforge.infra.redis import redis_client
+from taskforge.infra.redis import async_redis_client, redis_client
 
 logger = logging.getLogger("taskforge.dispatch")
 
@@ -35,10 +36,41 @@ def announce(queue: Queue, rows: Sequence[Row]) -> None:
     _announce(queue.name, rows, paused=queue.paused, push=queue.push is not None)
 
 
+async def announce_on_loop(queue: Queue, rows: Sequence[Row]) -> None:
+    """:func:`announce`, from the event loop, for rows of ``queue`` (at least one)."""
+    client = async_redis_client()
+    if client is None:  # a Cluster: its slots are the synchronous client's to know
+        await asyncio.get_running_loop().run_in_executor(None, announce, queue, rows)
+        return
+    ready, later = _entries(rows)
+    if not redis_usable():
+        return
+    try:
+        pipe = client.pipeline(transaction=False)
+        _queue_commands(pipe, queue.name, ready, later, paused=queue.paused, push=queue.push is not None)
+        await pipe.execute()
+    except redis.RedisError as exc:
+        redis_failed(exc, "announcing tasks")
+
+
 def _announce(queue_name: str, rows: Sequence[Row], *, paused: bool, push: bool | None) -> None:
     if not rows:
         doorbell.ring(queue_name, push=push)
         return
+    ready, later = _entries(rows)
+    if not redis_usable():
+        return
+    try:
+        pipe = redis_client().pipeline(transaction=False)
+        _queue_commands(pipe, queue_name, ready, later, paused=paused, push=push)
+        pipe.execute()
+    except redis.RedisError as exc:
+        # The dispatcher and scheduler re-read Postgres every tick: this costs latency only.
+        redis_failed(exc, "announcing tasks")
+
+
+def _entries(rows: Sequence[Row]) -> tuple[dict[str, int], dict[str, int]]:
+    """The lane entries of the pending rows that are due, and the scheduler's of those due soon."""
     ready: dict[str, int] = {}
     later: dict[str, int] = {}
     horizon = timedelta(seconds=lanes.scheduled_horizon_seconds())
@@ -52,20 +84,19 @@ def _announce(queue_name: str, rows: Sequence[Row], *, paused: bool, push: bool 
         elif row["scheduled_at"] <= row["updated_at"] + horizon:
             # Due before the scheduler's next load: straight into its working set.
             later[lanes.scheduled_member(row["id"], score)] = lanes.due_ms(row["scheduled_at"])
-    if not redis_usable():
-        return
-    try:
-        pipe = redis_client().pipeline(transaction=False)
-        if ready:
-            lanes.add_ready(pipe, queue_name, ready)
-            if not paused:
-                doorbell.ring(queue_name, len(ready), push=push, pipe=pipe)  # after the ids are in the lane
-        if later:
-            lanes.add_scheduled(pipe, queue_name, later)
-        pipe.execute()
-    except redis.RedisError as exc:
-        # The dispatcher and scheduler re-read Postgres every tick: this costs latency only.
-        redis_failed(exc, "announcing tasks")
+    return ready, later
+
+
+def _queue_commands(
+    pipe: Any, queue_name: str, ready: dict[str, int], later: dict[str, int], *, paused: bool, push: bool | None
+) -> None:
+    """Queue the lane writes and the bell on ``pipe`` (redis-py's, synchronous or asyncio: both queue alike)."""
+    if ready:
+        lanes.add_ready(pipe, queue_name, ready)
+        if not paused:
+            doorbell.ring(queue_name, len(ready), push=push, pipe=pipe)  # after the ids are in the lane
+    if later:
+        lanes.add_scheduled(pipe, queue_name, later)
 
 
 def settled(task_ids: Sequence[uuid.UUID]) -> None:

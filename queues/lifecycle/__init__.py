@@ -50,6 +50,7 @@ from queues.lifecycle.lease import (
     nack,
     nack_many,
 )
+from queues.lifecycle.on_loop import enqueue_on_loop
 from queues.lifecycle.operate import (
     cancel,
     delete_queue,
@@ -82,6 +83,7 @@ __all__ = [
     "discard",
     "discard_many",
     "enqueue",
+    "enqueue_on_loop",
     "enqueue_single",
     "expire_leases",
     "fetch_rows",

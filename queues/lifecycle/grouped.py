@@ -41,6 +41,10 @@ from taskforge.http.errors import connection_lost
 GroupKey = tuple[uuid.UUID, str, int, int | None, bool]
 
 
+def group_key(queue: Queue) -> GroupKey:
+    return (queue.id, queue.name, queue.max_retries, queue.timeout_seconds, queue.paused)
+
+
 @dataclass(eq=False)
 class _Waiter:
     task: NewTask
@@ -61,7 +65,7 @@ def enqueue_single(queue: Queue, task: NewTask) -> tuple[Row, bool]:
     if task.idempotency_key is not None or connection.in_atomic_block:
         return enqueue(queue, [task])[0]
     me = _Waiter(task)
-    key: GroupKey = (queue.id, queue.name, queue.max_retries, queue.timeout_seconds, queue.paused)
+    key = group_key(queue)
     with _lock:
         if key in _waiting:
             _waiting[key].append(me)

@@ -63,31 +63,33 @@ def enqueue(queue: Queue, items: Sequence[NewTask], *, report: bool = True) -> l
         raise
 
 
+def enqueue_params(queue: Queue, items: Sequence[NewTask], ids: Sequence[uuid.UUID]) -> dict[str, Any]:
+    """The parameters of ``statements.ENQUEUE`` that insert ``items`` into ``queue`` with ``ids``."""
+    return {
+        "ids": ids,
+        "payloads": [Jsonb(item.payload, dumps=dumps_json) for item in items],
+        "priorities": [item.priority for item in items],
+        "scheduled": [item.scheduled_at for item in items],
+        "keys": [item.idempotency_key for item in items],
+        "retries": [item.max_retries for item in items],
+        "prints": [item.fingerprint for item in items],
+        "ords": list(range(len(items))),
+        "kinds": [item.kind for item in items],
+        "timeouts": [item.timeout_seconds for item in items],
+        "queue_id": queue.id,
+        "queue_max_retries": queue.max_retries,
+        "queue_timeout": queue.timeout_seconds,
+        "event_kind": "transition",
+    }
+
+
 def _enqueue(queue: Queue, items: Sequence[NewTask], report: bool) -> list[tuple[Row, bool]]:
     keys = [item.idempotency_key for item in items if item.idempotency_key is not None]
     ids = [uuid.uuid4() for _ in items]
     # Without keys the insert is the whole move; with them, the read of the tasks the keys
     # already name must see the same snapshot, so both run in one transaction.
     with transaction.atomic() if keys else lone_statement():
-        inserted = fetch_rows(
-            statements.ENQUEUE,
-            {
-                "ids": ids,
-                "payloads": [Jsonb(item.payload, dumps=dumps_json) for item in items],
-                "priorities": [item.priority for item in items],
-                "scheduled": [item.scheduled_at for item in items],
-                "keys": [item.idempotency_key for item in items],
-                "retries": [item.max_retries for item in items],
-                "prints": [item.fingerprint for item in items],
-                "ords": list(range(len(items))),
-                "kinds": [item.kind for item in items],
-                "timeouts": [item.timeout_seconds for item in items],
-                "queue_id": queue.id,
-                "queue_max_retries": queue.max_retries,
-                "queue_timeout": queue.timeout_seconds,
-                "event_kind": "transition",
-            },
-        )
+        inserted = fetch_rows(statements.ENQUEUE, enqueue_params(queue, items, ids))
         by_key = {row["idempotency_key"]: row for row in inserted if row["idempotency_key"]}
         existing: dict[str, Row] = {}
         if len(by_key) < len(keys):

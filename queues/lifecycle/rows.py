@@ -7,13 +7,14 @@ returns task rows (column name -> value), which the API renders directly.
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
 import orjson
 import psycopg
 from django.db import connection, transaction
+from psycopg import pq
 from psycopg.pq import Format
 
 from taskforge.infra.postgres.arrays import literal_arrays
@@ -46,13 +47,32 @@ def fetch_rows(sql: str, params: Mapping[str, Any] | Sequence[Any]) -> list[Row]
         params = literal_arrays(dict(params))
     with connection.cursor() as wrapper:
         cursor = _execute(wrapper, sql, params)
-        result = cursor.pgresult
-        if result is None or not result.nfields:
-            return []
-        # The names straight from the result: cursor.description builds a Column object per column
-        # (some 30 per task row) each time it is read.
-        names = [result.fname(i).decode() for i in range(result.nfields)]
-        rows = [dict(zip(names, values, strict=True)) for values in cursor.fetchall()]
+        return _as_rows(cursor.pgresult, cursor.fetchall)
+
+
+async def fetch_rows_on(conn: psycopg.AsyncConnection[Any], sql: str, params: Mapping[str, Any]) -> list[Row]:
+    """:func:`fetch_rows` on a connection of the event loop's pool (``taskforge.infra.postgres.aio``).
+
+    The same statement, parameters, preparing and rows; errors come as
+    Django's database errors, as from Django's connection.
+    """
+    cursor = conn.cursor()
+    _load_timestamps_fast(cursor)
+    prepare = conn.prepare_threshold is not None
+    with connection.wrap_database_errors:
+        await cursor.execute(sql, literal_arrays(dict(params)), prepare=prepare or None)
+        values = await cursor.fetchall() if cursor.pgresult is not None and cursor.pgresult.nfields else []
+    return _as_rows(cursor.pgresult, lambda: values)
+
+
+def _as_rows(result: pq.abc.PGresult | None, fetchall: Callable[[], list[Any]]) -> list[Row]:
+    """The rows of a statement's ``result`` (their values from ``fetchall``) as dicts, JSON columns parsed."""
+    if result is None or not result.nfields:
+        return []
+    # The names straight from the result: cursor.description builds a Column object per column
+    # (some 30 per task row) each time it is read.
+    names = [(result.fname(i) or b"").decode() for i in range(result.nfields)]
+    rows = [dict(zip(names, values, strict=True)) for values in fetchall()]
     json_columns = _JSON_COLUMNS.intersection(names)
     for row in rows:
         for name in json_columns:

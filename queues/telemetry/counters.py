@@ -182,19 +182,21 @@ class _Outbox:
 _outbox = _Outbox()
 
 
-def record_transitions(rows: list[dict[str, Any]], queue_name: Callable[[Any], str]) -> None:
+def record_transitions(rows: list[dict[str, Any]], queue_name: Callable[[Any], str], *, defer: bool = False) -> None:
     """Add a committed batch of moves to the shared counters (never raises): written at once, or, if this
-    process wrote less than ``BATCH_WINDOW_SECONDS`` ago, with the next write at the end of the window."""
-    record(increments_for(rows, queue_name))
+    process wrote less than ``BATCH_WINDOW_SECONDS`` ago, with the next write at the end of the window.
+    ``defer``: never at once here, by the writer's thread as soon as the window allows (for the event loop,
+    which must not wait on Redis)."""
+    record(increments_for(rows, queue_name), defer=defer)
 
 
-def record(increments: Increments) -> None:
+def record(increments: Increments, *, defer: bool = False) -> None:
     """Add increments to the shared counters (never raises), batched as ``record_transitions`` says."""
     if not increments:
         return
     outbox = _outbox
     with outbox.lock:
-        if time.monotonic() - outbox.written_at < BATCH_WINDOW_SECONDS:
+        if defer or time.monotonic() - outbox.written_at < BATCH_WINDOW_SECONDS:
             outbox.add(increments)
             _ensure_writer(outbox)
             outbox.wake.set()

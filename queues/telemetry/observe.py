@@ -21,6 +21,11 @@ logger = logging.getLogger("taskforge.transitions")
 _queue_names: dict[uuid.UUID, str] = {}
 
 
+def remember(queue: Queue) -> None:
+    """Learn a queue's name without asking Postgres (code on the event loop may not)."""
+    _queue_names[queue.id] = queue.name
+
+
 def queue_name(queue_id: uuid.UUID) -> str:
     name = _queue_names.get(queue_id)
     if name is None:
@@ -29,7 +34,13 @@ def queue_name(queue_id: uuid.UUID) -> str:
     return name
 
 
-def transitions(rows: list[dict[str, Any]]) -> None:
+def transitions(rows: list[dict[str, Any]], *, on_loop: bool = False) -> None:
+    """Log and count committed moves.
+
+    ``on_loop``: called from the event loop, whose rows' queue names are known
+    (``remember``); the counters then go to Redis from the metrics writer's
+    thread, never by a blocking write here.
+    """
     from queues.telemetry import counters
 
     batch: Batch = []
@@ -50,7 +61,7 @@ def transitions(rows: list[dict[str, Any]]) -> None:
         batch.append((message, fields))
     log_batch(logger, logging.INFO, batch)
     try:
-        counters.record_transitions(rows, queue_name)
+        counters.record_transitions(rows, queue_name, defer=on_loop)
     except Exception:
         # The move is committed and the caller is owed its answer: a metrics bug must not turn it into a 500.
         logger.exception("recording metrics failed", extra={"event": "metrics.error"})

@@ -79,7 +79,9 @@ def _validation_message(fields: dict[str, list[str]]) -> str:
     return f"{name}: {messages[0]}"
 
 
-def connection_lost(exc: Exception) -> Exception:
+def connection_lost(
+    exc: Exception, raw: psycopg.Connection[Any] | psycopg.AsyncConnection[Any] | None = None
+) -> Exception:
     """``exc`` as the unavailable database it was, when the connection it came from cannot go on.
 
     A server that goes away mid-call is not always reported as a lost
@@ -90,15 +92,20 @@ def connection_lost(exc: Exception) -> Exception:
     connection is out of step with its server and is closed here, so the pool
     throws it away; and the call, which did not run, may be repeated: a 503,
     not a 500. So is any error that left the connection broken. Call it on
-    the thread that ran the statement (the connection is per thread).
+    the thread that ran the statement (the connection is per thread), or
+    name the connection that ran it (``raw``: on the event loop's pool).
     """
     if not isinstance(exc, db.DatabaseError) or isinstance(exc, (db.OperationalError, db.InterfaceError)):
         return exc
-    raw = db.connection.connection
+    if raw is None:
+        raw = db.connection.connection
     cause = exc.__cause__
     out_of_step = isinstance(exc, db.InternalError) and isinstance(cause, psycopg.Error) and cause.sqlstate is None
     if out_of_step and raw is not None:
-        raw.close()
+        if isinstance(raw, psycopg.AsyncConnection):
+            raw.pgconn.finish()  # closed at once (close() is a coroutine): the pool throws it away
+        else:
+            raw.close()
     elif raw is None or not (raw.closed or raw.broken):
         return exc
     lost = db.OperationalError(f"the database connection broke: {exc}")

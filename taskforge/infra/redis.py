@@ -23,6 +23,7 @@ already treats as an outage (Postgres stays the truth).
 
 from __future__ import annotations
 
+import asyncio
 import functools
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -313,6 +314,36 @@ async def async_pubsub_client(channel: str, **options: Any) -> aioredis.Redis:
     client: aioredis.Redis = manager.master_for(
         target.master_name, redis_class=_AsyncSentinelMaster, **target.master_kwargs(options)
     )
+    return client
+
+
+_async_clients: dict[Any, aioredis.Redis] = {}
+
+
+def async_redis_client() -> aioredis.Redis | None:
+    """The running event loop's client for ``REDIS_URL`` (one per loop, made at first use).
+
+    None on a Cluster: code on the loop then leaves Redis to the thread pool's
+    synchronous client, which knows the slots. The same timeouts as
+    :func:`redis_client`: a Redis that hangs costs a call two seconds, and
+    the event loop nothing.
+    """
+    url = settings.REDIS_URL
+    if cluster_target(url) is not None:
+        return None
+    loop = asyncio.get_running_loop()
+    client = _async_clients.get(loop)
+    if client is None:
+        options: dict[str, Any] = {"socket_timeout": 2, "socket_connect_timeout": 2, "health_check_interval": 30}
+        target = sentinel_target(url)
+        if target is None:
+            client = aioredis.Redis.from_url(url, **options)
+        else:
+            manager = aiosentinel.Sentinel(target.sentinels, sentinel_kwargs=target.sentinel_kwargs(options))  # type: ignore[no-untyped-call]
+            client = manager.master_for(
+                target.master_name, redis_class=_AsyncSentinelMaster, **target.master_kwargs(options)
+            )
+        _async_clients[loop] = client
     return client
 
 

@@ -48,6 +48,29 @@ _request_generation: contextvars.ContextVar[object] = contextvars.ContextVar("tf
 _caches: list[RowCache[Any]] = []
 
 
+# Inside cached_only(): a lookup that would ask Postgres or Redis raises NotCached instead.
+_cached_only: contextvars.ContextVar[bool] = contextvars.ContextVar("tf_cached_only", default=False)
+
+
+class NotCached(Exception):
+    """A lookup inside :func:`cached_only` needed Postgres or Redis (the row is not held, or not trusted)."""
+
+
+@contextmanager
+def cached_only() -> Iterator[None]:
+    """Lookups in this block answer from this process's copies or raise :class:`NotCached`.
+
+    For code on the event loop (``queues.api.hot``), which must not wait on a
+    blocking query: on a miss it hands the request to the thread pool, where
+    the same lookup may load the row.
+    """
+    token = _cached_only.set(True)
+    try:
+        yield
+    finally:
+        _cached_only.reset(token)
+
+
 class RowCache[T]:
     """Rows by key, each loaded by ``load`` (which returns None for "no such row").
 
@@ -66,6 +89,8 @@ class RowCache[T]:
         hit = self._entries.get(key)
         if hit is not None and generation is not _UNKNOWN and hit[1] == generation and hit[2] > now:
             return hit[0]
+        if _cached_only.get():
+            raise NotCached(key)
         row = self._load(key)
         if row is None or generation is _UNKNOWN:
             self._entries.pop(key, None)
@@ -89,6 +114,8 @@ def current_generation() -> object:
     watch = change_watch.current()
     generation = watch.heard() if watch is not None else None
     if generation is None:
+        if _cached_only.get():
+            raise NotCached(GENERATION_KEY)
         try:
             generation = redis_client().get(GENERATION_KEY)
         except redis.RedisError:

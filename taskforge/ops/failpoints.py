@@ -23,6 +23,7 @@ Named points: ``enqueue.after_commit``, ``claim.after_commit``,
 
 from __future__ import annotations
 
+import asyncio
 import os
 import random
 import re
@@ -107,16 +108,29 @@ def _configured() -> dict[str, Failpoint]:
 
 def failpoint(name: str) -> None:
     """Act as configured for ``name``; do nothing when it is not configured."""
+    point = _firing(name)
+    if point is not None and point.action == "sleep":
+        time.sleep(point.arg)
+
+
+async def failpoint_on_loop(name: str) -> None:
+    """:func:`failpoint` for code on the event loop: a ``sleep`` there holds up that request only."""
+    point = _firing(name)
+    if point is not None and point.action == "sleep":
+        await asyncio.sleep(point.arg)
+
+
+def _firing(name: str) -> Failpoint | None:
+    """The failpoint ``name`` when it fires now; a kill or a raise happens here."""
     if not settings.TASKFORGE_FAILPOINTS:
-        return
+        return None
     point = _configured().get(name)
     if point is None or not point.should_fire():
-        return
+        return None
     if point.action == "kill":
         # SIGKILL, not sys.exit: no finally blocks, no atexit, no response sent.
         os.kill(os.getpid(), signal.SIGKILL)
         time.sleep(10)  # the signal is delivered asynchronously; never run on
     elif point.action == "raise":
         raise FailpointError(f"failpoint {name} fired")
-    elif point.action == "sleep":
-        time.sleep(point.arg)
+    return point

@@ -63,3 +63,27 @@ def test_unknown_keys_are_never_cached(client):
     for n in range(5):
         assert _get(client, f"tf_unknown_{n:040d}") == 401
     assert len(apikeys._active_keys) == 0
+
+
+def test_code_on_the_event_loop_gets_only_what_the_process_already_holds():
+    """``rowcache.cached_only`` (the lean edge's enqueue on the event loop): a key not read yet is not
+    loaded there but refused as NotCached, so the call goes to the thread pool, which loads it."""
+    _, raw = create_key("loop-cached", "producer")
+    header = f"Bearer {raw}"
+    with pytest.raises(rowcache.NotCached), rowcache.cached_only():
+        apikeys.key_for(header)
+    loaded = apikeys.key_for(header)  # as the thread path does
+    with rowcache.cached_only():
+        assert apikeys.key_for(header) == loaded
+    with pytest.raises(apikeys.exceptions.AuthenticationFailed), rowcache.cached_only():
+        apikeys.key_for("Basic nonsense")  # refused as it stands: nothing to look up
+
+
+def test_without_a_watch_code_on_the_event_loop_trusts_no_copy(monkeypatch):
+    """Without the change watch a copy is only trusted after a Redis read, which the loop does not make."""
+    _, raw = create_key("loop-unwatched", "producer")
+    header = f"Bearer {raw}"
+    apikeys.key_for(header)
+    monkeypatch.setattr(change_watch, "current", lambda: None)  # as on a Cluster, which has no watch
+    with pytest.raises(rowcache.NotCached), rowcache.cached_only():
+        apikeys.key_for(header)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
 
 import pytest
 
@@ -12,7 +13,7 @@ from queues.models import Queue, Task
 
 def _originals() -> list[object]:
     found = []
-    for phase in (*phases.PHASES, phases.THREAD_TOTAL):
+    for phase in phases.PHASES:
         owner = phases._owner(phase.owner)
         found.append(vars(owner).get(phase.attribute))
     return found
@@ -20,11 +21,14 @@ def _originals() -> list[object]:
 
 def test_the_phases_are_wrapped_for_the_measure_and_put_back_after_it():
     before = _originals()
-    with phases.timed((*phases.PHASES, phases.THREAD_TOTAL)):
+    with phases.timed(phases.PHASES):
         during = _originals()
     assert _originals() == before
-    # Module and class functions are replaced; the signals' send is shadowed on the object.
+    # Each function is replaced, a coroutine function by a coroutine function.
     assert all(inside is not outside for inside, outside in zip(during, before, strict=True))
+    kinds = [inspect.iscoroutinefunction(function) for function in during]
+    assert kinds == [inspect.iscoroutinefunction(function) for function in before]
+    assert any(kinds)  # the statement, the check and the announce are awaited
 
 
 def test_a_phase_whose_function_moved_is_refused_and_nothing_stays_wrapped():
@@ -45,9 +49,9 @@ def test_every_phase_of_an_enqueue_is_measured_through_the_application(make_key)
     # The enqueues really went through: warm-up and measured, each a task.
     assert Task.objects.filter(queue__name=phases.QUEUE).count() == phases.WARM_UP_REQUESTS + 40
     labels = [phase.label for phase in phases.PHASES]
-    remainders = ["request thread, the rest", "event loop, the rest", phases.OTHER_THREADS, "the process, in all"]
+    remainders = ["event loop, the rest", phases.OTHER_THREADS, "the process, in all"]
     assert list(figures) == [*labels, *remainders]
     # Every wrapped function ran in each request, on a thread clock that only moves forward.
     assert all(figures[label] > 0 for label in labels)
-    assert figures["request thread, the rest"] >= 0
+    assert figures["event loop, the rest"] >= 0
     assert "| the process, in all |" in phases.table(figures)

@@ -12,8 +12,10 @@ from django.conf import settings
 from django.db import connection, connections
 
 from queues.apikeys import create_key
+from queues.models import Task
 from taskforge.http.errors import connection_lost, exception_handler
 from taskforge.infra.postgres.base import check_connection
+from tests.factories import QueueFactory
 
 
 @pytest.mark.parametrize("error", [db.OperationalError, db.InterfaceError])
@@ -111,6 +113,31 @@ def test_api_process_survives_pg_terminate_backend_of_its_pooled_connections(liv
         assert killed >= 1
         statuses = [http.get("/queues").status_code for _ in range(5)]
     assert statuses == [200] * 5
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_single_enqueues_survive_pg_terminate_backend_of_every_connection(live_stack):
+    """Single enqueues run on the event loop's own pool (taskforge.infra.postgres.aio): it too replaces
+    connections killed while idle, so the enqueues after the kill are all created (201), and durable."""
+    QueueFactory(name="pgkill-enqueue")
+    _, key = create_key("pgkill-producer", "producer")
+    url = live_stack.start_api(workers=1)
+    headers = {"Authorization": f"Bearer {key}"}
+    with httpx.Client(base_url=url, headers=headers, timeout=15) as http:
+        before = [http.post("/queues/pgkill-enqueue/tasks", json={"payload": {"n": n}}) for n in range(5)]
+        assert [answer.status_code for answer in before] == [201] * 5
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            )
+            (killed,) = cursor.fetchone()
+        assert killed >= 2  # the loop's pool and Django's, at least one each
+        after = [http.post("/queues/pgkill-enqueue/tasks", json={"payload": {"n": n}}) for n in range(5, 10)]
+    assert [answer.status_code for answer in after] == [201] * 5
+    created = {answer.json()["id"] for answer in before + after}
+    assert set(map(str, Task.objects.filter(queue__name="pgkill-enqueue").values_list("id", flat=True))) == created
 
 
 @pytest.mark.django_db(transaction=True)

@@ -6,6 +6,7 @@ tests/tools/faults/test_failpoints.py.
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 import pytest
@@ -49,3 +50,28 @@ def test_sleep_stalls_the_caller(settings):
     started = time.monotonic()
     failpoints.failpoint("watchdog.after_expire")
     assert time.monotonic() - started >= 0.3
+
+
+def test_on_the_event_loop_a_sleep_holds_up_its_own_coroutine_only(settings):
+    settings.TASKFORGE_FAILPOINTS = "enqueue.after_commit=sleep:0.3"
+    ticks: list[float] = []
+
+    async def tick() -> None:
+        for _ in range(5):
+            ticks.append(time.monotonic())
+            await asyncio.sleep(0.02)
+
+    async def both() -> float:
+        started = time.monotonic()
+        await asyncio.gather(failpoints.failpoint_on_loop("enqueue.after_commit"), tick())
+        return started
+
+    started = asyncio.run(both())
+    assert time.monotonic() - started >= 0.3  # the caller waited
+    assert len(ticks) == 5 and ticks[-1] - started < 0.3  # the loop went on meanwhile
+
+
+def test_on_the_event_loop_a_raise_raises(settings):
+    settings.TASKFORGE_FAILPOINTS = "enqueue.after_commit=raise"
+    with pytest.raises(failpoints.FailpointError):
+        asyncio.run(failpoints.failpoint_on_loop("enqueue.after_commit"))

@@ -1,0 +1,113 @@
+"""The event loop's own Postgres pool: statements run without a thread hand-off.
+
+The API's views run on a thread pool with Django's connection; the lean
+edge's single enqueue (``queues.api.hot``) runs its one statement on the
+event loop instead, on a psycopg ``AsyncConnectionPool`` of each API process
+made from the same settings as Django's: the same server, options
+(timeouts), time zone, adapters and prepared statements. It is the same
+kind of pool with the same check on every checkout (one empty query: a
+connection that died while idle, after a restart or a
+``pg_terminate_backend``, is replaced, not used) and, like
+``taskforge.infra.postgres.base``, a dead one found makes the pool check
+all of its others at once.
+
+The pool belongs to the event loop that first asked for it (one per API
+process: gunicorn's uvicorn worker runs one) and holds up to
+``TASKFORGE_DB_LOOP_POOL_SIZE`` connections besides Django's pool; at 0
+there is none and callers use the thread path.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import psycopg
+from django.conf import settings
+from django.db import connection
+from psycopg import AsyncConnection, generators, pq
+from psycopg_pool import AsyncConnectionPool
+
+# The pool and the loop it belongs to. A new loop (tests run one per test) gets a new pool;
+# the old one's connections close as it is dropped.
+_current: tuple[asyncio.AbstractEventLoop, AsyncConnectionPool] | None = None
+
+
+def enabled() -> bool:
+    """Whether this process runs statements on its event loop (``TASKFORGE_DB_LOOP_POOL_SIZE`` > 0)."""
+    return bool(settings.DB_LOOP_POOL_SIZE)
+
+
+async def pool() -> AsyncConnectionPool:
+    """The running loop's pool, opened on first use."""
+    global _current
+    loop = asyncio.get_running_loop()
+    if _current is None or _current[0] is not loop:
+        _current = (loop, _new_pool())
+        await _current[1].open(wait=False)
+    return _current[1]
+
+
+def _new_pool() -> AsyncConnectionPool:
+    params = connection.get_connection_params()
+    params.pop("cursor_factory", None)  # Django's is a synchronous cursor class
+    params["autocommit"] = True
+    return AsyncConnectionPool(
+        kwargs=params,
+        connection_class=AsyncConnection,
+        open=False,
+        configure=_configure,
+        check=_check if connection.settings_dict["CONN_HEALTH_CHECKS"] else None,
+        name="taskforge-loop",
+        min_size=1,
+        max_size=settings.DB_LOOP_POOL_SIZE,
+        timeout=10,  # as Django's pool (settings.py): then the call is a 503
+    )
+
+
+async def _configure(conn: AsyncConnection) -> None:
+    """What Django sets on its own new connections: the time zone (and the role, when one is assumed)."""
+    zone = connection.timezone_name
+    if zone and conn.info.parameter_status("TimeZone") != zone:
+        await conn.execute(connection.ops.set_time_zone_sql(), [zone])
+    role = connection.settings_dict["OPTIONS"].get("assume_role")
+    if role:
+        await conn.execute(psycopg.sql.SQL("SET ROLE {}").format(psycopg.sql.Identifier(role)))
+
+
+async def _ping(conn: AsyncConnection) -> None:
+    """One empty query sent by libpq directly (as ``base._ping``): psycopg's cursor around it cost 100 us."""
+    pgconn = conn.pgconn
+    pgconn.send_query(b"")
+    results = await conn.wait(generators.execute(pgconn))
+    if not results or results[-1].status != pq.ExecStatus.EMPTY_QUERY:
+        error = results[-1].error_message if results else pgconn.error_message
+        message = (error or b"").decode(errors="replace").strip()
+        raise psycopg.OperationalError(f"the connection failed its check: {message or 'no answer'}")
+
+
+async def _check(conn: AsyncConnection) -> None:
+    try:
+        if conn.pgconn.transaction_status != pq.TransactionStatus.IDLE:
+            await AsyncConnectionPool.check_connection(conn)
+        else:
+            await _ping(conn)
+    except Exception:
+        found = getattr(conn, "_pool", None)
+        if isinstance(found, AsyncConnectionPool):
+            # The others most likely died with it: check them all now, not one request at a time.
+            sweep = asyncio.get_running_loop().create_task(found.check())
+            _sweeps.add(sweep)
+            sweep.add_done_callback(_sweeps.discard)
+        raise
+
+
+_sweeps: set[asyncio.Task[None]] = set()
+
+
+async def close() -> None:
+    """Close the running loop's pool (the process is stopping)."""
+    global _current
+    if _current is not None and _current[0] is asyncio.get_running_loop():
+        found = _current[1]
+        _current = None
+        await found.close()
