@@ -196,3 +196,18 @@ def test_a_real_error_the_server_reported_stays_what_it_was():
     wrapped, lost, closed = run(scenario)
     assert lost is wrapped  # a bug or bad data, not an outage: a 500, the connection kept
     assert not closed
+
+
+def test_with_redis_unreachable_the_enqueue_is_still_durable(settings, monkeypatch):
+    """Redis holds nothing Postgres cannot rebuild: the lane write fails, the task is in, the outage noted."""
+    from queues.dispatch import outage
+    from tests.live import free_port
+
+    monkeypatch.setattr(settings, "REDIS_URL", f"redis://127.0.0.1:{free_port()}/0")
+    monkeypatch.setattr(outage, "_redis_down_until", 0.0)
+    queue = QueueFactory(name="loop-no-redis")
+
+    row = run(lambda: lifecycle.enqueue_on_loop(queue, lifecycle.NewTask(payload={"n": 1})))
+
+    assert Task.objects.get(id=row["id"]).status == "pending"
+    assert not outage.redis_usable()  # the next calls go straight to Postgres for a while
