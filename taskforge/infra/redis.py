@@ -317,7 +317,8 @@ async def async_pubsub_client(channel: str, **options: Any) -> aioredis.Redis:
     return client
 
 
-_async_clients: dict[Any, aioredis.Redis] = {}
+# The event loop's client (None on a Cluster) and the loop: a new loop (tests run one per test) makes its own.
+_async_client: tuple[asyncio.AbstractEventLoop, aioredis.Redis | None] | None = None
 
 
 def async_redis_client() -> aioredis.Redis | None:
@@ -328,22 +329,24 @@ def async_redis_client() -> aioredis.Redis | None:
     :func:`redis_client`: a Redis that hangs costs a call two seconds, and
     the event loop nothing.
     """
-    url = settings.REDIS_URL
+    global _async_client
+    loop = asyncio.get_running_loop()
+    if _async_client is None or _async_client[0] is not loop:
+        _async_client = (loop, _async_client_for(settings.REDIS_URL))
+    return _async_client[1]
+
+
+def _async_client_for(url: str) -> aioredis.Redis | None:
     if cluster_target(url) is not None:
         return None
-    loop = asyncio.get_running_loop()
-    client = _async_clients.get(loop)
-    if client is None:
-        options: dict[str, Any] = {"socket_timeout": 2, "socket_connect_timeout": 2, "health_check_interval": 30}
-        target = sentinel_target(url)
-        if target is None:
-            client = aioredis.Redis.from_url(url, **options)
-        else:
-            manager = aiosentinel.Sentinel(target.sentinels, sentinel_kwargs=target.sentinel_kwargs(options))  # type: ignore[no-untyped-call]
-            client = manager.master_for(
-                target.master_name, redis_class=_AsyncSentinelMaster, **target.master_kwargs(options)
-            )
-        _async_clients[loop] = client
+    options: dict[str, Any] = {"socket_timeout": 2, "socket_connect_timeout": 2, "health_check_interval": 30}
+    target = sentinel_target(url)
+    if target is None:
+        return aioredis.Redis.from_url(url, **options)
+    manager = aiosentinel.Sentinel(target.sentinels, sentinel_kwargs=target.sentinel_kwargs(options))  # type: ignore[no-untyped-call]
+    client: aioredis.Redis = manager.master_for(
+        target.master_name, redis_class=_AsyncSentinelMaster, **target.master_kwargs(options)
+    )
     return client
 
 
