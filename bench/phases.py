@@ -68,7 +68,7 @@ PHASES = (
     Phase("health check of the connection taken (one empty query)", "taskforge.infra.postgres.aio", "_ping"),
     Phase("the INSERT, prepared, in autocommit", "queues.lifecycle.on_loop", "fetch_rows_on"),
     Phase("Redis lane and doorbell", "queues.dispatch.announce", "announce_on_loop"),
-    Phase("transition log line and counters", "queues.telemetry.observe", "transitions"),
+    Phase("transition log line and counters", "queues.telemetry.observe", "transitions_on_loop"),
     Phase("access log line", "taskforge.http.lean", "log_access"),
     Phase("request metrics", "taskforge.http.lean", "record_request"),
 )

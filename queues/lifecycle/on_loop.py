@@ -61,8 +61,7 @@ async def enqueue_on_loop(queue: Queue, task: NewTask) -> Row:
         _waiting[key] = []
         await _run(queue, key, [(task, answer)])
     row = await answer
-    observe.remember(queue)
-    observe.transitions([row], on_loop=True)  # in this request's context: its log line carries its request id
+    await observe.transitions_on_loop(queue, [row])  # in this request's context: its line carries its request id
     return row
 
 

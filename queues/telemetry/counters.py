@@ -43,6 +43,7 @@ minute. A Redis restart or flush resets the counters, which Prometheus'
 
 from __future__ import annotations
 
+import asyncio
 import atexit
 import logging
 import math
@@ -182,26 +183,35 @@ class _Outbox:
 _outbox = _Outbox()
 
 
-def record_transitions(rows: list[dict[str, Any]], queue_name: Callable[[Any], str], *, defer: bool = False) -> None:
+def record_transitions(rows: list[dict[str, Any]], queue_name: Callable[[Any], str]) -> None:
     """Add a committed batch of moves to the shared counters (never raises): written at once, or, if this
-    process wrote less than ``BATCH_WINDOW_SECONDS`` ago, with the next write at the end of the window.
-    ``defer``: never at once here, by the writer's thread as soon as the window allows (for the event loop,
-    which must not wait on Redis)."""
-    record(increments_for(rows, queue_name), defer=defer)
+    process wrote less than ``BATCH_WINDOW_SECONDS`` ago, with the next write at the end of the window."""
+    record(increments_for(rows, queue_name))
 
 
-def record(increments: Increments, *, defer: bool = False) -> None:
+async def record_transitions_on_loop(rows: list[dict[str, Any]], queue_name: Callable[[Any], str]) -> None:
+    """:func:`record_transitions` from the event loop: a write due at once runs on a thread, awaited."""
+    increments = increments_for(rows, queue_name)
+    if increments and not _batched(increments):
+        await asyncio.get_running_loop().run_in_executor(None, flush, increments)
+
+
+def record(increments: Increments) -> None:
     """Add increments to the shared counters (never raises), batched as ``record_transitions`` says."""
-    if not increments:
-        return
+    if increments and not _batched(increments):
+        flush(increments)
+
+
+def _batched(increments: Increments) -> bool:
+    """Leave ``increments`` to the writer's next write when this process wrote within the window; else False."""
     outbox = _outbox
     with outbox.lock:
-        if defer or time.monotonic() - outbox.written_at < BATCH_WINDOW_SECONDS:
+        if time.monotonic() - outbox.written_at < BATCH_WINDOW_SECONDS:
             outbox.add(increments)
             _ensure_writer(outbox)
             outbox.wake.set()
-            return
-    flush(increments)
+            return True
+    return False
 
 
 def forget_pending() -> None:

@@ -21,11 +21,6 @@ logger = logging.getLogger("taskforge.transitions")
 _queue_names: dict[uuid.UUID, str] = {}
 
 
-def remember(queue: Queue) -> None:
-    """Learn a queue's name without asking Postgres (code on the event loop may not)."""
-    _queue_names[queue.id] = queue.name
-
-
 def queue_name(queue_id: uuid.UUID) -> str:
     name = _queue_names.get(queue_id)
     if name is None:
@@ -34,15 +29,36 @@ def queue_name(queue_id: uuid.UUID) -> str:
     return name
 
 
-def transitions(rows: list[dict[str, Any]], *, on_loop: bool = False) -> None:
-    """Log and count committed moves.
+def transitions(rows: list[dict[str, Any]]) -> None:
+    """Log and count committed moves."""
+    from queues.telemetry import counters
 
-    ``on_loop``: called from the event loop, whose rows' queue names are known
-    (``remember``); the counters then go to Redis from the metrics writer's
-    thread, never by a blocking write here.
+    _log(rows)
+    try:
+        counters.record_transitions(rows, queue_name)
+    except Exception:
+        # The move is committed and the caller is owed its answer: a metrics bug must not turn it into a 500.
+        logger.exception("recording metrics failed", extra={"event": "metrics.error"})
+
+
+async def transitions_on_loop(queue: Queue, rows: list[dict[str, Any]]) -> None:
+    """:func:`transitions` for moves of ``queue`` made on the event loop: the same line, the same counters.
+
+    The queue's name is known here (no lookup may block the loop), and a
+    counter write that is due at once goes to a thread and is awaited: the
+    answer still comes after it, so another process's ``/metrics`` counts it.
     """
     from queues.telemetry import counters
 
+    _queue_names[queue.id] = queue.name
+    _log(rows)
+    try:
+        await counters.record_transitions_on_loop(rows, queue_name)
+    except Exception:
+        logger.exception("recording metrics failed", extra={"event": "metrics.error"})
+
+
+def _log(rows: list[dict[str, Any]]) -> None:
     batch: Batch = []
     for row in rows:
         queue = queue_name(row["queue_id"])
@@ -60,11 +76,6 @@ def transitions(rows: list[dict[str, Any]], *, on_loop: bool = False) -> None:
         }
         batch.append((message, fields))
     log_batch(logger, logging.INFO, batch)
-    try:
-        counters.record_transitions(rows, queue_name, defer=on_loop)
-    except Exception:
-        # The move is committed and the caller is owed its answer: a metrics bug must not turn it into a 500.
-        logger.exception("recording metrics failed", extra={"event": "metrics.error"})
 
 
 def _worker(row: dict[str, Any]) -> str | None:

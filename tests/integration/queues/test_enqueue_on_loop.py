@@ -132,11 +132,12 @@ def test_a_failed_shared_statement_fails_every_request_it_carried_and_writes_not
     assert not on_loop._waiting  # the queue is free for the next enqueue
 
 
-def test_the_task_is_announced_before_the_enqueue_returns():
+def test_the_task_is_announced_before_the_enqueue_returns(monkeypatch):
     """A claim sent after the answer finds the task in its lane (Redis), as on the thread path."""
-    from queues.dispatch import lanes
+    from queues.dispatch import lanes, outage
     from taskforge.infra.redis import redis_client
 
+    monkeypatch.setattr(outage, "_redis_down_until", 0.0)  # no outage remembered from an earlier test
     queue = QueueFactory(name="loop-announced")
     row = run(lambda: lifecycle.enqueue_on_loop(queue, lifecycle.NewTask(payload={"n": 1})))
     laned = redis_client().zrange(lanes.ready_key(queue.name), 0, -1)
@@ -211,3 +212,15 @@ def test_with_redis_unreachable_the_enqueue_is_still_durable(settings, monkeypat
 
     assert Task.objects.get(id=row["id"]).status == "pending"
     assert not outage.redis_usable()  # the next calls go straight to Postgres for a while
+
+
+def test_after_a_quiet_spell_the_counters_are_written_before_the_enqueue_returns():
+    """As on the thread path: another process's /metrics, asked right after the answer, counts the task."""
+    from queues.telemetry import counters
+    from taskforge.infra.redis import redis_client
+
+    queue = QueueFactory(name="loop-counted")
+    counters.forget_pending()  # this process wrote nothing lately: the next move is written at once
+    run(lambda: lifecycle.enqueue_on_loop(queue, lifecycle.NewTask(payload={"n": 1})))
+    # Read straight from Redis, as another process would (snapshot() would flush this one's first).
+    assert redis_client().hget(counters.ENQUEUED_KEY, queue.name) == b"1"
