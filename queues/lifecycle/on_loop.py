@@ -69,13 +69,17 @@ async def _run(queue: Queue, key: GroupKey, group: Sequence[_Waiter]) -> None:
     """Insert ``group``'s tasks in one statement, answer each, and start the statement of those who came since."""
     try:
         rows = await _insert(queue, [task for task, _ in group])
-    except BaseException as exc:
+    except Exception as exc:
         # The same exception for every request of the group, as each alone would have had.
         for _, answer in group:
             if not answer.done():
                 answer.set_exception(exc)
-        if not isinstance(exc, Exception):
-            raise
+    except BaseException:
+        # Cancelled (the server is stopping): so is every request it carried; whether the
+        # statement committed is unknown to them, as to any call cut short.
+        for _, answer in group:
+            answer.cancel()
+        raise
     else:
         for (_, answer), row in zip(group, rows, strict=True):
             if not answer.done():  # its request was cancelled meanwhile: the task is in, answered or not

@@ -224,3 +224,28 @@ def test_after_a_quiet_spell_the_counters_are_written_before_the_enqueue_returns
     run(lambda: lifecycle.enqueue_on_loop(queue, lifecycle.NewTask(payload={"n": 1})))
     # Read straight from Redis, as another process would (snapshot() would flush this one's first).
     assert redis_client().hget(counters.ENQUEUED_KEY, queue.name) == b"1"
+
+
+def test_a_cancelled_statement_writes_nothing_and_the_requests_behind_it_still_go():
+    """The server stopping cancels a request mid-statement: psycopg cancels the query in Postgres, the
+    request's task is not written, and the enqueues that queued behind it run their own statement."""
+    queue = QueueFactory(name="loop-cancelled")
+    names = [f"follower-{index}" for index in range(FOLLOWERS)]
+
+    async def scenario() -> tuple[BaseException | lifecycle.Row, list[Any]]:
+        with queue_row_locked(queue) as other, psycopg.connect(live.test_database_url(), autocommit=True) as watcher:
+            leader = asyncio.create_task(_enqueue_as(queue, "leader"))
+            await _until(lambda: _lock_waiters(watcher) == 1)
+            followers = [asyncio.create_task(_enqueue_as(queue, name)) for name in names]
+            await _until(lambda: _waiting_behind_the_leader(queue) == FOLLOWERS)
+            leader.cancel()
+            outcome = (await asyncio.gather(leader, return_exceptions=True))[0]
+            await _until(lambda: _lock_waiters(watcher) == 1)  # the followers' statement, at the lock now
+            other.rollback()
+            return outcome, await asyncio.wait_for(asyncio.gather(*followers), 30)
+
+    outcome, rows = run(scenario)
+    assert isinstance(outcome, asyncio.CancelledError)
+    assert sorted(row["payload"]["from"] for row in rows) == names
+    assert sorted(task.payload["from"] for task in Task.objects.filter(queue=queue)) == names
+    assert not on_loop._waiting
