@@ -3,7 +3,8 @@
 Every request is served by Django's WSGI handler on a fixed pool of threads
 (``a2wsgi``), except the single-task calls of producers and workers, which the
 lean edge (``taskforge.http.lean``) serves with the views' own functions on the
-same threads, without Django's request, middleware and DRF machinery.
+same threads, without Django's request, middleware and DRF machinery (a
+single enqueue, when it can, on the event loop itself: ``queues.api.hot``).
 Django's own ASGI handler starts a new executor thread for every
 synchronous request: measured with ``make bench``, that bridge alone cost
 about 40% of the API's CPU per single enqueue. What waits does so on the event
@@ -60,7 +61,7 @@ through_django = URLRouter(
     ]
 )
 # The single-task calls (enqueue, task reads, claim, heartbeat, ack, nack) skip Django's
-# request machinery: the same view functions, on the same threads.
+# request machinery: the same view functions, on the same threads (or, for an enqueue, the loop).
 lean_edge = LeanEdge(
     [*queue_calls.routes(), *worker_calls.routes()],
     django=through_django,

@@ -1,6 +1,8 @@
 """The single-task producer calls at the lean edge (taskforge.http.lean): the views' own functions, without DRF.
 
-An enqueue is one call on the thread pool. A read of one task keeps its long
+An enqueue runs on the event loop (``queues.lifecycle.on_loop``) when the
+process holds its key and queue and it carries no idempotency key, and is
+otherwise one call on the thread pool. A read of one task keeps its long
 poll (``wait_seconds``): each attempt runs :func:`queues.api.results.read_task_once`
 on the thread pool, and the wait between attempts is ``workers.longpoll``'s
 one loop, on the event loop.
