@@ -307,6 +307,11 @@ async def async_pubsub_client(channel: str, **options: Any) -> aioredis.Redis:
         if node is None:
             raise ClusterUnavailable(f"no node serves the slot of {channel!r}")
         return aioredis.Redis(host=node.host, port=int(node.port), **cluster.node_kwargs(options))
+    return _async_server_client(url, options)
+
+
+def _async_server_client(url: str, options: dict[str, Any]) -> aioredis.Redis:
+    """An asyncio client of the one server ``url`` names, or of the primary its sentinels name."""
     target = sentinel_target(url)
     if target is None:
         return aioredis.Redis.from_url(url, **options)
@@ -339,15 +344,7 @@ def async_redis_client() -> aioredis.Redis | None:
 def _async_client_for(url: str) -> aioredis.Redis | None:
     if cluster_target(url) is not None:
         return None
-    options: dict[str, Any] = {"socket_timeout": 2, "socket_connect_timeout": 2, "health_check_interval": 30}
-    target = sentinel_target(url)
-    if target is None:
-        return aioredis.Redis.from_url(url, **options)
-    manager = aiosentinel.Sentinel(target.sentinels, sentinel_kwargs=target.sentinel_kwargs(options))  # type: ignore[no-untyped-call]
-    client: aioredis.Redis = manager.master_for(
-        target.master_name, redis_class=_AsyncSentinelMaster, **target.master_kwargs(options)
-    )
-    return client
+    return _async_server_client(url, {"socket_timeout": 2, "socket_connect_timeout": 2, "health_check_interval": 30})
 
 
 def redis_client() -> Client:

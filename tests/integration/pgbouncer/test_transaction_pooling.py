@@ -66,6 +66,15 @@ def test_api_and_loops_work_through_transaction_pooling(live_stack, pgbouncer):
             [third] = post("/workers/claim", {"worker_id": "w", "queue": "bounced"})["tasks"]
             post("/workers/ack", {"worker_id": "w", "task_id": third["id"], "lease_token": third["lease_token"]})
 
+        # Single enqueues without a key run on each API process's event loop, on its own pool: through
+        # PgBouncer too (no prepared statements, no startup options).
+        plain = {post("/queues/bounced/tasks", {"payload": {"plain": n}}, 201)["id"] for n in range(ROUNDS * 4)}
+        claimed = post("/workers/claim", {"worker_id": "w", "queue": "bounced", "max_tasks": 100})["tasks"]
+        assert {t["id"] for t in claimed} == plain
+        items = [{"task_id": t["id"], "lease_token": t["lease_token"]} for t in claimed]
+        acked = post("/workers/ack/batch", {"worker_id": "w", "items": items})["results"]
+        assert {r["status"] for r in acked} == {"done"}
+
         # A long poll waits without a database connection and wakes for a task enqueued meanwhile.
         woken: list[Any] = []
         waiter = threading.Thread(
@@ -89,9 +98,9 @@ def test_api_and_loops_work_through_transaction_pooling(live_stack, pgbouncer):
         post("/workers/ack", {"worker_id": "w", "task_id": delayed["id"], "lease_token": claimed[0]["lease_token"]})
         assert client.get("/readyz").status_code == 200
         stats = client.get("/queues/bounced/stats").json()
-        assert stats["depth"]["done"] == ROUNDS * 4 + 2
+        assert stats["depth"]["done"] == ROUNDS * 4 + 2 + len(plain)
 
-    assert Task.objects.filter(queue__name="bounced", status="done").count() == ROUNDS * 4 + 2
+    assert Task.objects.filter(queue__name="bounced", status="done").count() == ROUNDS * 4 + 2 + len(plain)
     assert [loop.poll() for loop in loops] == [None, None, None], live_stack.output()
     assert "prepared statement" not in live_stack.output()
     assert '"level":"ERROR"' not in live_stack.output(), live_stack.output()

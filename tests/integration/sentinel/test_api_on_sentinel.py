@@ -45,3 +45,19 @@ def test_the_change_watch_subscribes_on_the_primary_the_sentinels_name(shared_se
     before = watch.heard()
     change_watch.announce(redis_client(), rowcache.GENERATION_KEY)
     wait_until(lambda: watch.heard() not in (None, before), 2.0, interval=0.01)
+
+
+def test_the_event_loops_client_talks_to_the_primary_the_sentinels_name(shared_sentinels):
+    """The client single enqueues announce through on the event loop (taskforge.infra.redis)."""
+    import asyncio
+
+    from taskforge.infra.redis import async_redis_client
+
+    async def probe() -> None:
+        client = async_redis_client()
+        assert client is not None
+        await client.set("tf:probe-loop", "through-sentinel")
+        await client.aclose()
+
+    asyncio.run(probe())
+    assert shared_sentinels.client().get("tf:probe-loop") == b"through-sentinel"
