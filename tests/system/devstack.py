@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -78,6 +79,13 @@ def devstack(tmp_path: Path) -> Iterator[DevStack]:
     process = launcher.spawn([sys.executable, "-m", "taskforge.dev.devstack"], env, log=log, own_group=True)
     stack = DevStack(process, f"http://127.0.0.1:{port}", log, home)
     try:
+        # Its own API server first: a free port can be taken meanwhile by another test's server, whose
+        # /healthz would otherwise pass for this stack's while make run is still migrating.
+        deadline = time.monotonic() + BOOT_SECONDS
+        while stack.child(launcher.ASGI_APPLICATION) is None:
+            assert process.poll() is None, f"make run exited with {process.returncode}:\n{stack.output()}"
+            assert time.monotonic() < deadline, f"make run started no API server:\n{stack.output()}"
+            time.sleep(0.1)
         launcher.wait_ready(stack.url, timeout=BOOT_SECONDS, process=process, output=stack.output)
         yield stack
     finally:
