@@ -58,11 +58,12 @@ async def fetch_rows_on(conn: psycopg.AsyncConnection[Any], sql: str, params: Ma
     """
     cursor = conn.cursor()
     _load_timestamps_fast(cursor)
-    prepare = conn.prepare_threshold is not None
     with connection.wrap_database_errors:
-        await cursor.execute(sql, literal_arrays(dict(params)), prepare=prepare or None)
-        values = await cursor.fetchall() if cursor.pgresult is not None and cursor.pgresult.nfields else []
-    return _as_rows(cursor.pgresult, lambda: values)
+        # Prepared as on Django's connections; behind PgBouncer (no threshold) never.
+        await cursor.execute(sql, literal_arrays(dict(params)), prepare=conn.prepare_threshold is not None or None)
+        result = cursor.pgresult
+        values = await cursor.fetchall() if result is not None and result.nfields else []
+    return _as_rows(result, lambda: values)
 
 
 def _as_rows(result: pq.abc.PGresult | None, fetchall: Callable[[], list[Any]]) -> list[Row]:

@@ -27,6 +27,8 @@ from django.db import connection
 from psycopg import AsyncConnection, generators, pq
 from psycopg_pool import AsyncConnectionPool
 
+from taskforge.infra.postgres.base import check_answer
+
 # The pool and the loop it belongs to. A new loop (tests run one per test) gets a new pool;
 # the old one's connections close as it is dropped.
 _current: tuple[asyncio.AbstractEventLoop, AsyncConnectionPool] | None = None
@@ -79,10 +81,7 @@ async def _ping(conn: AsyncConnection) -> None:
     pgconn = conn.pgconn
     pgconn.send_query(b"")
     results = await conn.wait(generators.execute(pgconn))
-    if not results or results[-1].status != pq.ExecStatus.EMPTY_QUERY:
-        error = results[-1].error_message if results else pgconn.error_message
-        message = (error or b"").decode(errors="replace").strip()
-        raise psycopg.OperationalError(f"the connection failed its check: {message or 'no answer'}")
+    check_answer(results[-1] if results else None, pgconn)
 
 
 async def _check(conn: AsyncConnection) -> None:

@@ -33,10 +33,16 @@ def _ping(conn: Any) -> None:
     if conn.pgconn.transaction_status != pq.TransactionStatus.IDLE:
         ConnectionPool.check_connection(conn)  # not expected at checkout; psycopg's own check knows what to do
         return
-    result = conn.pgconn.exec_(b"")
-    if result.status != pq.ExecStatus.EMPTY_QUERY:
-        message = (result.error_message or conn.pgconn.error_message or b"").decode(errors="replace").strip()
-        raise psycopg.OperationalError(f"the connection failed its check: {message or result.status.name}")
+    check_answer(conn.pgconn.exec_(b""), conn.pgconn)
+
+
+def check_answer(result: pq.abc.PGresult | None, pgconn: pq.abc.PGconn) -> None:
+    """Raise ``OperationalError`` unless ``result`` is the empty query's own answer (the check passed)."""
+    if result is None or result.status != pq.ExecStatus.EMPTY_QUERY:
+        error = (result.error_message if result is not None else None) or pgconn.error_message
+        message = (error or b"").decode(errors="replace").strip()
+        status = pq.ExecStatus(result.status).name if result is not None else "no answer"
+        raise psycopg.OperationalError(f"the connection failed its check: {message or status}")
 
 
 def check_connection(conn: Any) -> None:
