@@ -1,8 +1,16 @@
 """The single-task worker calls at the lean edge (taskforge.http.lean): the views' own functions, without DRF.
 
-A claim keeps its long poll: each attempt runs :func:`workers.views.claim_once`
-on the thread pool, and the wait between attempts is ``workers.longpoll``'s
-one loop, on the event loop.
+A claim of one named pull queue with no rate limit, a heartbeat and an ack
+run on the event loop (``queues.lifecycle.lease_on_loop``) when the process
+holds the call's key, queue and the workers' controls, and this worker's
+"last seen" is not due to be written; otherwise, and for a nack, the call
+is one call on the thread pool, as before. The checks are the views' own
+functions (``workers.views``), in their order; a call leaves the loop for
+the thread pool only before it has changed anything, or after a heartbeat
+or ack that moved nothing (the thread pool then tells which error it is).
+
+A claim keeps its long poll: each attempt is the whole request again, and
+the wait between attempts is ``workers.longpoll``'s one loop.
 """
 
 from __future__ import annotations
@@ -10,10 +18,27 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from queues import lifecycle
+from queues.api.inputs import validated
 from queues.apikeys import authorize
+from queues.dispatch import claiming
 from taskforge.http.lean import Answer, InThread, LeanCall, Route, in_thread_handler
-from workers import longpoll
-from workers.views import ReadBody, ack_one, claim_once, heartbeat_one, nack_one
+from taskforge.infra import rowcache
+from taskforge.infra.postgres import aio
+from workers import controls, longpoll, registry
+from workers.inputs import AckSerializer, HeartbeatSerializer
+from workers.views import (
+    ReadBody,
+    ack_one,
+    acked,
+    claim_once,
+    claim_outcome,
+    claim_request,
+    controlled,
+    heartbeat_answer,
+    heartbeat_one,
+    nack_one,
+)
 
 
 def _authorized(work: Callable[[ReadBody], Answer]) -> Callable[[LeanCall], Answer]:
@@ -25,20 +50,90 @@ def _authorized(work: Callable[[ReadBody], Answer]) -> Callable[[LeanCall], Answ
 
 
 async def _claim(call: LeanCall, in_thread: InThread[Any]) -> Answer | None:
-    def attempt(kind: str) -> Answer | longpoll.WaitFor:
+    def attempt_in_thread(kind: str) -> Answer | longpoll.WaitFor:
         # Each attempt is the whole request again, as at the Django edge: a key
         # revoked while the poll waited is refused.
         authorize(call.authorization, call.view_class, call.method)
         return claim_once(call.json, kind)
 
-    return await longpoll.lean_long_poll(call, in_thread, attempt)
+    async def attempt(kind: str) -> Answer | longpoll.WaitFor:
+        outcome = await _claim_on_loop(call, kind)
+        return await in_thread(lambda: attempt_in_thread(kind)) if outcome is None else outcome
+
+    return await longpoll.lean_long_poll(call, attempt)
+
+
+async def _claim_on_loop(call: LeanCall, kind: str) -> Answer | longpoll.WaitFor | None:
+    """:func:`workers.views.claim_once` on the event loop; None when it belongs on the thread pool."""
+    if not aio.enabled():
+        return None
+    try:
+        with rowcache.cached_only():
+            authorize(call.authorization, call.view_class, call.method)
+            fields, queue = claim_request(call.json)
+            control = controls.control_for(fields["worker_id"])
+    except rowcache.NotCached:
+        return None
+    if queue is None or queue.rate_limit is not None or registry.seen_is_due(fields["worker_id"], claim=True):
+        return None  # several queues, tokens to take, or a registry row to write: the thread path's
+    if control is not None:
+        return controlled(control)
+    rows = await claiming.claim_one_queue_on_loop(fields["worker_id"], queue, fields["max_tasks"])
+    return claim_outcome(fields, rows, kind)
+
+
+async def _heartbeat(call: LeanCall, in_thread: InThread[Any]) -> Answer:
+    """:func:`workers.views.heartbeat_one` on the event loop when it can run there."""
+    if aio.enabled():
+        try:
+            with rowcache.cached_only():
+                authorize(call.authorization, call.view_class, call.method)
+                fields = validated(HeartbeatSerializer, call.json())
+                control = controls.control_for(fields["worker_id"])
+        except rowcache.NotCached:
+            pass
+        else:
+            if not registry.seen_is_due(fields["worker_id"], heartbeat=True):
+                row = await lifecycle.heartbeat_on_loop(
+                    fields["task_id"],
+                    worker_id=fields["worker_id"],
+                    lease_token=fields["lease_token"],
+                    progress=fields["progress"],
+                )
+                if row is not None:
+                    return heartbeat_answer(row, control)
+    answer: Answer = await in_thread(lambda: _authorized(heartbeat_one)(call))
+    return answer
+
+
+async def _ack(call: LeanCall, in_thread: InThread[Any]) -> Answer:
+    """:func:`workers.views.ack_one` on the event loop when it can run there."""
+    if aio.enabled():
+        try:
+            with rowcache.cached_only():
+                authorize(call.authorization, call.view_class, call.method)
+                fields = validated(AckSerializer, call.json())
+        except rowcache.NotCached:
+            pass
+        else:
+            if not registry.seen_is_due(fields["worker_id"]):
+                row = await lifecycle.ack_on_loop(
+                    fields["task_id"],
+                    worker_id=fields["worker_id"],
+                    lease_token=fields["lease_token"],
+                    result=fields["result"],
+                )
+                if row is not None:
+                    return acked(row)
+    answer: Answer = await in_thread(lambda: _authorized(ack_one)(call))
+    return answer
 
 
 def routes() -> list[Route]:
     """Claim, heartbeat, ack and nack of one task, as ``workers.views`` answers them."""
     return [
         Route("POST", "worker-claim", _claim),
-        Route("POST", "worker-heartbeat", in_thread_handler(_authorized(heartbeat_one))),
-        Route("POST", "worker-ack", in_thread_handler(_authorized(ack_one))),
+        Route("POST", "worker-heartbeat", _heartbeat),
+        Route("POST", "worker-ack", _ack),
         Route("POST", "worker-nack", in_thread_handler(_authorized(nack_one))),
     ]

@@ -58,7 +58,7 @@ from django.http import HttpRequest, HttpResponse, HttpResponseBase
 from rest_framework.views import APIView
 
 from queues.dispatch import doorbell
-from taskforge.http.lean import Answer, InThread, LeanCall
+from taskforge.http.lean import Answer, LeanCall
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -237,10 +237,8 @@ async def long_poll(
 # -- at the lean edge ---------------------------------------------------------------
 
 
-async def lean_long_poll(
-    call: LeanCall, in_thread: InThread[Any], attempt: Callable[[str], Answer | WaitFor]
-) -> Answer | None:
-    """Serve a lean-edge call as a long poll: ``attempt`` (FIRST, AGAIN or LAST) runs on the thread pool.
+async def lean_long_poll(call: LeanCall, attempt: Callable[[str], Awaitable[Answer | WaitFor]]) -> Answer | None:
+    """Serve a lean-edge call as a long poll of ``attempt`` (FIRST, AGAIN or LAST).
 
     Each attempt is the whole request again (authentication included: a key
     revoked while the poll waited is refused). None: the client left while
@@ -249,7 +247,7 @@ async def lean_long_poll(
     answered: list[Answer] = []
 
     async def run_attempt(kind: str) -> WaitFor | None:
-        outcome = await in_thread(lambda: attempt(kind))
+        outcome = await attempt(kind)
         if isinstance(outcome, WaitFor):
             return outcome
         answered.append(outcome)

@@ -54,11 +54,17 @@ _written: dict[tuple[str, bool, bool], float] = {}
 _MAX_REMEMBERED = 10_000
 
 
+def seen_is_due(worker_id: str, *, claim: bool = False, heartbeat: bool = False) -> bool:
+    """Whether :func:`seen` would write now (the event loop's calls leave those to the thread pool)."""
+    last = _written.get((worker_id, claim, heartbeat), -SEEN_RESOLUTION_SECONDS)
+    return time.monotonic() - last >= SEEN_RESOLUTION_SECONDS
+
+
 def seen(worker_id: str, *, claim: bool = False, heartbeat: bool = False) -> None:
+    if not seen_is_due(worker_id, claim=claim, heartbeat=heartbeat):
+        return
     key = (worker_id, claim, heartbeat)
     now = time.monotonic()
-    if now - _written.get(key, -SEEN_RESOLUTION_SECONDS) < SEEN_RESOLUTION_SECONDS:
-        return
     with connection.cursor() as cursor:
         caller = caller_var.get()
         cursor.execute(

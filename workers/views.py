@@ -18,6 +18,7 @@ from queues.api.lookups import queue_or_404
 from queues.apikeys import Role
 from queues.dispatch import claiming
 from queues.errors import PushQueueNotClaimable
+from queues.models import Queue
 from queues.telemetry.observe import queue_name
 from taskforge.http.errors import error_body
 from taskforge.ops import audit
@@ -68,19 +69,36 @@ def claim_once(read_body: ReadBody, attempt: str | None) -> Answer | longpoll.Wa
     An attempt that finds nothing while the poll may still wait answers what
     to wait for instead; the poll waits on the doorbell and asks again.
     """
+    fields, queue = claim_request(read_body)
+    registry.seen(fields["worker_id"], claim=True)
+    control = controls.control_for(fields["worker_id"])
+    if control is not None:
+        return controlled(control)
+    claimed = claiming.claim(fields["worker_id"], queue, fields["max_tasks"])
+    return claim_outcome(fields, claimed.rows, attempt, claimed.retry_after)
+
+
+def claim_request(read_body: ReadBody) -> tuple[dict[str, Any], Queue | None]:
+    """A claim's fields and its queue (None: every queue), refused as :func:`claim_once` refuses them."""
     fields = validated(ClaimSerializer, read_body())
     queue = queue_or_404(fields["queue"]) if fields["queue"] is not None else None
     if queue is not None and queue.push is not None:
         raise PushQueueNotClaimable(queue.name)
-    worker_id, max_tasks, wait_seconds = fields["worker_id"], fields["max_tasks"], fields["wait_seconds"]
-    registry.seen(worker_id, claim=True)
-    control = controls.control_for(worker_id)
-    if control is not None:  # quiet or stopping: nothing more for it, and no wait (each attempt of a poll asks)
-        return 200, {"tasks": [], "control": control}
-    claimed = claiming.claim(worker_id, queue, max_tasks)
-    if claimed.rows or not wait_seconds or attempt == longpoll.LAST:
-        return 200, _claimed(claimed.rows)
-    return longpoll.WaitFor(fields["queue"], max_tasks, wait_seconds, claimed.retry_after)
+    return fields, queue
+
+
+def controlled(control: str) -> Answer:
+    """A quiet or stopping worker's claim: nothing more for it, and no wait (each attempt of a poll asks)."""
+    return 200, {"tasks": [], "control": control}
+
+
+def claim_outcome(
+    fields: dict[str, Any], rows: list[dict[str, Any]], attempt: str | None, retry_after: float | None = None
+) -> Answer | longpoll.WaitFor:
+    """The claimed tasks, or, when none and the poll may still wait, what to wait for."""
+    if rows or not fields["wait_seconds"] or attempt == longpoll.LAST:
+        return 200, _claimed(rows)
+    return longpoll.WaitFor(fields["queue"], fields["max_tasks"], fields["wait_seconds"], retry_after)
 
 
 def heartbeat_one(read_body: ReadBody) -> Answer:
@@ -90,6 +108,11 @@ def heartbeat_one(read_body: ReadBody) -> Answer:
     row = lifecycle.heartbeat(
         fields["task_id"], worker_id=fields["worker_id"], lease_token=fields["lease_token"], progress=fields["progress"]
     )
+    return heartbeat_answer(row, controls.control_for(fields["worker_id"]))
+
+
+def heartbeat_answer(row: dict[str, Any], control: str | None) -> Answer:
+    """A held lease's heartbeat answer; ``control`` only when an operator asked (else as it always was)."""
     answer = {
         "task_id": row["id"],
         "status": row["status"],
@@ -97,8 +120,7 @@ def heartbeat_one(read_body: ReadBody) -> Answer:
         # True once a producer asked to stop the task: the worker should stop and nack.
         "cancel_requested": row["cancel_requested"],
     }
-    control = controls.control_for(fields["worker_id"])
-    if control is not None:  # only when an operator asked: the answer is otherwise as it always was
+    if control is not None:
         answer["control"] = control
     return 200, answer
 
@@ -113,6 +135,10 @@ def ack_one(read_body: ReadBody) -> Answer:
         lease_token=fields["lease_token"],
         result=fields["result"],
     )
+    return acked(row)
+
+
+def acked(row: dict[str, Any]) -> Answer:
     return 200, _task(row)
 
 

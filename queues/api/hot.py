@@ -57,7 +57,7 @@ async def _read(call: LeanCall, in_thread: InThread[Any]) -> Answer | None:
         authorize(call.authorization, call.view_class, call.method)
         return read_task_once(call.params.get("name"), call.params["task_id"], call.query, kind)
 
-    return await longpoll.lean_long_poll(call, in_thread, attempt)
+    return await longpoll.lean_long_poll(call, lambda kind: in_thread(lambda: attempt(kind)))
 
 
 def routes() -> list[Route]:

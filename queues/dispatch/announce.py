@@ -114,6 +114,22 @@ def settled(task_ids: Sequence[uuid.UUID]) -> None:
         redis_failed(exc, "announcing settled tasks")
 
 
+async def settled_on_loop(task_ids: Sequence[uuid.UUID]) -> None:
+    """:func:`settled`, from the event loop."""
+    client = async_redis_client()
+    if client is None:  # a Cluster: see announce_on_loop
+        await asyncio.get_running_loop().run_in_executor(None, settled, task_ids)
+        return
+    if not task_ids or not redis_usable():
+        return
+    try:
+        pipe = client.pipeline(transaction=False)
+        doorbell.ring_settled([str(task_id) for task_id in task_ids], pipe)  # type: ignore[arg-type]
+        await pipe.execute()
+    except redis.RedisError as exc:
+        redis_failed(exc, "announcing settled tasks")
+
+
 def announce_ids(queue_id: uuid.UUID, rows: Sequence[Row]) -> None:
     """``announce`` for rows of a queue known by its id only (promotions, retry now)."""
     from queues.telemetry.observe import queue_name

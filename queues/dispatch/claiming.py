@@ -193,3 +193,38 @@ def claim(worker_id: str, queue: Queue | None, max_tasks: int) -> Claimed:
         batch.give_back()
     rows = sorted(batch.rows, key=lambda row: (row["priority"], row["scheduled_at"]))
     return Claimed(rows, min(batch.waits) if batch.waits and not rows else None)
+
+
+async def claim_one_queue_on_loop(worker_id: str, queue: Queue, max_tasks: int) -> list[Row]:
+    """:func:`claim` of one named pull queue with no rate limit, on the event loop.
+
+    The same moves as ``_Batch.from_one_lane`` then ``from_postgres`` for
+    such a queue (no tokens to take or give back): pop the lane's best ids,
+    confirm them by primary key, and when the lane runs dry (or Redis is
+    unreachable) scan Postgres for the rest, once.
+    """
+    assert queue.rate_limit is None and queue.push is None
+    if queue.paused:
+        return []
+    rows: list[Row] = []
+    scanned = False
+    if outage.redis_usable():
+        try:
+            for _ in range(LANE_ROUNDS):
+                need = max_tasks - len(rows)
+                if need <= 0:
+                    break
+                popped, ids = await lanes.pop_on_loop(queue.name, need)
+                if popped == 0:
+                    break
+                if popped < need:  # the lane ran dry: the same statement scans the queue for the rest
+                    rows += await lifecycle.claim_on_loop(worker_id, queue, need, task_ids=ids, scan=True)
+                    scanned = True
+                    break
+                if ids:
+                    rows += await lifecycle.claim_on_loop(worker_id, queue, len(ids), task_ids=ids)
+        except redis.RedisError as exc:
+            outage.redis_failed(exc, "reading the lanes")
+    if not scanned and len(rows) < max_tasks:
+        rows += await lifecycle.claim_on_loop(worker_id, queue, max_tasks - len(rows))
+    return sorted(rows, key=lambda row: (row["priority"], row["scheduled_at"]))

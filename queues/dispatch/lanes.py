@@ -21,6 +21,7 @@ slot:
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -29,7 +30,7 @@ from datetime import UTC, datetime
 import redis
 from django.conf import settings
 
-from taskforge.infra.redis import Pipeline, redis_client
+from taskforge.infra.redis import Pipeline, async_redis_client, redis_client
 
 #: Most ids kept per lane: a buffer for the next claims, not a copy of the table.
 LANE_CAPACITY = 500
@@ -161,6 +162,15 @@ def pop(queue_name: str, count: int) -> tuple[int, list[uuid.UUID]]:
     (garbage included, which is dropped) and the task ids among them.
     """
     popped: list[tuple[bytes, float]] = redis_client().zpopmin(ready_key(queue_name), count)  # type: ignore[assignment]
+    return len(popped), parse_ids(member for member, _ in popped)
+
+
+async def pop_on_loop(queue_name: str, count: int) -> tuple[int, list[uuid.UUID]]:
+    """:func:`pop`, from the event loop (a Cluster's lanes stay the synchronous client's: see announce_on_loop)."""
+    client = async_redis_client()
+    if client is None:
+        return await asyncio.get_running_loop().run_in_executor(None, pop, queue_name, count)
+    popped: list[tuple[bytes, float]] = await client.zpopmin(ready_key(queue_name), count)  # type: ignore[assignment]
     return len(popped), parse_ids(member for member, _ in popped)
 
 

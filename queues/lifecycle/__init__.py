@@ -22,6 +22,8 @@ The modules, by who asks for the move:
 * ``produce``: enqueue (producers).
 * ``grouped``: concurrent single enqueues into one queue sharing one statement (group commit).
 * ``lease``: claim, heartbeat, ack, nack, lease expiry (workers and the watchdog).
+* ``on_loop``, ``lease_on_loop``: a single enqueue, and a worker's claim of one
+  queue, heartbeat and ack, on the API's event loop (the lean edge).
 * ``operate``: promote, retry now, cancel, purge, replay, discard, delete a
   queue, prune (the scheduler, operators, producers' cancels).
 * ``cancelling``: cancel at once (waiting tasks) or on request (running
@@ -50,6 +52,7 @@ from queues.lifecycle.lease import (
     nack,
     nack_many,
 )
+from queues.lifecycle.lease_on_loop import ack_on_loop, claim_on_loop, heartbeat_on_loop
 from queues.lifecycle.on_loop import enqueue_on_loop
 from queues.lifecycle.operate import (
     cancel,
@@ -76,9 +79,11 @@ __all__ = [
     "Row",
     "ack",
     "ack_many",
+    "ack_on_loop",
     "cancel",
     "cancel_or_request",
     "claim",
+    "claim_on_loop",
     "delete_queue",
     "discard",
     "discard_many",
@@ -91,6 +96,7 @@ __all__ = [
     "get_task",
     "get_task_anywhere",
     "heartbeat",
+    "heartbeat_on_loop",
     "nack",
     "nack_many",
     "promote_due",

@@ -44,6 +44,22 @@ def claim(
     """
     if not queue_ids or limit <= 0:
         return []
+    with lone_statement():
+        moved = fetch_rows(*claim_statement(worker_id, queue_ids, limit, task_ids, scan_queue_ids))
+        report_on_commit(moved)
+    if moved:
+        failpoint("claim.after_commit")
+    return moved
+
+
+def claim_statement(
+    worker_id: str,
+    queue_ids: Sequence[uuid.UUID],
+    limit: int,
+    task_ids: Sequence[uuid.UUID] | None,
+    scan_queue_ids: Sequence[uuid.UUID],
+) -> tuple[str, dict[str, Any]]:
+    """The claim statement that fits (see :func:`claim`) and its parameters: one definition for both paths."""
     one = len(queue_ids) == 1
     if task_ids is None:
         sql = claim_statements.CLAIM_FROM_ONE_QUEUE if one else claim_statements.CLAIM_FROM_QUEUES
@@ -55,25 +71,17 @@ def claim(
         )
     else:
         sql = claim_statements.CLAIM_BY_IDS_FROM_ONE_QUEUE if one else claim_statements.CLAIM_BY_IDS_FROM_QUEUES
-    with lone_statement():
-        moved = fetch_rows(
-            sql,
-            {
-                "queue_id": queue_ids[0],
-                "queue_ids": list(queue_ids),
-                "task_ids": list(task_ids or []),
-                "scan_queue_id": scan_queue_ids[0] if scan_queue_ids else None,
-                "scan_queue_ids": list(scan_queue_ids),
-                "limit": limit,
-                "worker_id": worker_id,
-                "lease_seconds": settings.TASKFORGE_HEARTBEAT_TIMEOUT,
-                "event_kind": "transition",
-            },
-        )
-        report_on_commit(moved)
-    if moved:
-        failpoint("claim.after_commit")
-    return moved
+    return sql, {
+        "queue_id": queue_ids[0],
+        "queue_ids": list(queue_ids),
+        "task_ids": list(task_ids or []),
+        "scan_queue_id": scan_queue_ids[0] if scan_queue_ids else None,
+        "scan_queue_ids": list(scan_queue_ids),
+        "limit": limit,
+        "worker_id": worker_id,
+        "lease_seconds": settings.TASKFORGE_HEARTBEAT_TIMEOUT,
+        "event_kind": "transition",
+    }
 
 
 # --- heartbeat, ack -------------------------------------------------------------------------
@@ -88,20 +96,24 @@ def heartbeat(
     last one stays. The row says whether a cancel was requested.
     """
     with lone_statement():
-        moved = fetch_rows(
-            statements.HEARTBEAT,
-            {
-                "task_id": task_id,
-                "worker_id": worker_id,
-                "lease_token": lease_token,
-                "lease_seconds": settings.TASKFORGE_HEARTBEAT_TIMEOUT,
-                "progress": None if progress is None else Jsonb(progress, dumps=dumps_json),
-            },
-        )
+        moved = fetch_rows(statements.HEARTBEAT, heartbeat_params(task_id, worker_id, lease_token, progress))
         if not moved:
             raise not_held(task_id)
         report_on_commit([row for row in moved if row["from_status"] == Status.CLAIMED])
     return moved[0]
+
+
+def heartbeat_params(
+    task_id: uuid.UUID, worker_id: str, lease_token: str | None, progress: dict[str, Any] | None
+) -> dict[str, Any]:
+    """``HEARTBEAT``'s parameters: one definition for both paths."""
+    return {
+        "task_id": task_id,
+        "worker_id": worker_id,
+        "lease_token": lease_token,
+        "lease_seconds": settings.TASKFORGE_HEARTBEAT_TIMEOUT,
+        "progress": None if progress is None else Jsonb(progress, dumps=dumps_json),
+    }
 
 
 @dataclass(frozen=True)
@@ -119,16 +131,7 @@ def ack_many(worker_id: str, items: Sequence[AckItem]) -> list[Row | DomainError
     (same worker, same lease) returns the task unchanged.
     """
     with lone_statement():
-        moved = fetch_rows(
-            statements.ACK,
-            {
-                "ids": [item.task_id for item in items],
-                "tokens": [item.lease_token for item in items],
-                "results": [None if item.result is None else Jsonb(item.result, dumps=dumps_json) for item in items],
-                "worker_id": worker_id,
-                "event_kind": "transition",
-            },
-        )
+        moved = fetch_rows(statements.ACK, ack_params(worker_id, items))
         report_on_commit(moved)
     if moved:
         failpoint("ack.after_commit")
@@ -141,6 +144,17 @@ def ack_many(worker_id: str, items: Sequence[AckItem]) -> list[Row | DomainError
             if row is not None and is_repeated_ack(row, worker_id=worker_id, lease_token=item.lease_token):
                 done[item.task_id] = row
     return [done.get(item.task_id) or not_held(item.task_id) for item in items]
+
+
+def ack_params(worker_id: str, items: Sequence[AckItem]) -> dict[str, Any]:
+    """``ACK``'s parameters: one definition for both paths."""
+    return {
+        "ids": [item.task_id for item in items],
+        "tokens": [item.lease_token for item in items],
+        "results": [None if item.result is None else Jsonb(item.result, dumps=dumps_json) for item in items],
+        "worker_id": worker_id,
+        "event_kind": "transition",
+    }
 
 
 def ack(

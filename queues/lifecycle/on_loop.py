@@ -26,7 +26,7 @@ import asyncio
 import uuid
 from collections.abc import Sequence
 
-from django.db import IntegrityError, connection
+from django.db import IntegrityError
 from psycopg.errors import ForeignKeyViolation
 
 from queues.dispatch import announce
@@ -34,11 +34,9 @@ from queues.errors import QueueNotFound
 from queues.lifecycle import statements
 from queues.lifecycle.grouped import GroupKey, group_key
 from queues.lifecycle.produce import NewTask, enqueue_params
-from queues.lifecycle.rows import Row, fetch_rows_on
+from queues.lifecycle.rows import Row, fetch_rows_on_loop
 from queues.models import Queue
 from queues.telemetry import observe
-from taskforge.http.errors import connection_lost
-from taskforge.infra.postgres import aio
 from taskforge.ops.failpoints import failpoint_on_loop
 
 _Waiter = tuple[NewTask, "asyncio.Future[Row]"]
@@ -61,7 +59,7 @@ async def enqueue_on_loop(queue: Queue, task: NewTask) -> Row:
         _waiting[key] = []
         await _run(queue, key, [(task, answer)])
     row = await answer
-    await observe.transitions_on_loop(queue, [row])  # in this request's context: its line carries its request id
+    await observe.transitions_on_loop([row], queue)  # in this request's context: its line carries its request id
     return row
 
 
@@ -96,17 +94,8 @@ async def _run(queue: Queue, key: GroupKey, group: Sequence[_Waiter]) -> None:
 async def _insert(queue: Queue, tasks: list[NewTask]) -> list[Row]:
     """The statement, then the announce and the failpoint a committed enqueue passes: the rows, in order."""
     ids = [uuid.uuid4() for _ in tasks]
-    pool = await aio.pool()
     try:
-        with connection.wrap_database_errors:  # a pool that times out is Django's OperationalError too
-            async with pool.connection() as conn:
-                try:
-                    inserted = await fetch_rows_on(conn, statements.ENQUEUE, enqueue_params(queue, tasks, ids))
-                except Exception as exc:
-                    lost = connection_lost(exc, conn)  # judged before the connection goes back
-                    if lost is exc:
-                        raise
-                    raise lost from exc
+        inserted = await fetch_rows_on_loop(statements.ENQUEUE, enqueue_params(queue, tasks, ids))
     except IntegrityError as exc:
         # The queue row came from a per-process copy and was deleted since (as in produce.enqueue).
         if isinstance(exc.__cause__, ForeignKeyViolation):

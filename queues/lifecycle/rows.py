@@ -17,6 +17,8 @@ from django.db import connection, transaction
 from psycopg import pq
 from psycopg.pq import Format
 
+from taskforge.http.errors import connection_lost
+from taskforge.infra.postgres import aio
 from taskforge.infra.postgres.arrays import literal_arrays
 
 #: A task (or other) row: column name -> value.
@@ -64,6 +66,25 @@ async def fetch_rows_on(conn: psycopg.AsyncConnection[Any], sql: str, params: Ma
         result = cursor.pgresult
         values = await cursor.fetchall() if result is not None and result.nfields else []
     return _as_rows(result, lambda: values)
+
+
+async def fetch_rows_on_loop(sql: str, params: Mapping[str, Any]) -> list[Row]:
+    """:func:`fetch_rows_on` on a connection checked out of the event loop's pool, in autocommit.
+
+    The statement is durable when this returns. A lost connection or a pool
+    that timed out raises what the thread path raises for it (a 503), a
+    statement Postgres refused its own error.
+    """
+    pool = await aio.pool()
+    with connection.wrap_database_errors:  # a pool that times out is Django's OperationalError too
+        async with pool.connection() as conn:
+            try:
+                return await fetch_rows_on(conn, sql, params)
+            except Exception as exc:
+                lost = connection_lost(exc, conn)  # judged before the connection goes back
+                if lost is exc:
+                    raise
+                raise lost from exc
 
 
 def _as_rows(result: pq.abc.PGresult | None, fetchall: Callable[[], list[Any]]) -> list[Row]:

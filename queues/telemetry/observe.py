@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections.abc import Iterable
 from typing import Any
 
 from queues.models import LEASED, Queue
@@ -41,21 +42,37 @@ def transitions(rows: list[dict[str, Any]]) -> None:
         logger.exception("recording metrics failed", extra={"event": "metrics.error"})
 
 
-async def transitions_on_loop(queue: Queue, rows: list[dict[str, Any]]) -> None:
-    """:func:`transitions` for moves of ``queue`` made on the event loop: the same line, the same counters.
+async def transitions_on_loop(rows: list[dict[str, Any]], queue: Queue | None = None) -> None:
+    """:func:`transitions` for moves made on the event loop: the same line, the same counters.
 
-    The queue's name is known here (no lookup may block the loop), and a
-    counter write that is due at once goes to a thread and is awaited: the
-    answer still comes after it, so another process's ``/metrics`` counts it.
+    No lookup may block the loop: the moves' queues are ``queue`` or named
+    by :func:`learn_queue_names_on_loop` first. A counter write that is due
+    at once goes to a thread and is awaited: the answer still comes after
+    it, so another process's ``/metrics`` counts it.
     """
     from queues.telemetry import counters
 
-    _queue_names[queue.id] = queue.name
+    if queue is not None:
+        _queue_names[queue.id] = queue.name
     _log(rows)
     try:
         await counters.record_transitions_on_loop(rows, queue_name)
     except Exception:
         logger.exception("recording metrics failed", extra={"event": "metrics.error"})
+
+
+_QUEUE_NAMES = "SELECT id, name FROM tf_queue WHERE id = ANY(%(ids)s::uuid[])"
+
+
+async def learn_queue_names_on_loop(queue_ids: Iterable[uuid.UUID]) -> None:
+    """Name the queues this process has not named yet, reading them on the event loop's pool."""
+    from queues.lifecycle.rows import fetch_rows_on_loop
+
+    missing = {queue_id for queue_id in queue_ids if queue_id not in _queue_names}
+    if missing:
+        found = {row["id"]: row["name"] for row in await fetch_rows_on_loop(_QUEUE_NAMES, {"ids": list(missing)})}
+        for queue_id in missing:
+            _queue_names[queue_id] = found.get(queue_id, str(queue_id))
 
 
 def _log(rows: list[dict[str, Any]]) -> None:

@@ -177,6 +177,15 @@ def test_every_hot_call_answers_as_django_does(world) -> None:
     acked = live("/workers/ack", {**lease, "result": {"ok": True}}, worker)
     assert acked.status_code == 200 and acked.json()["status"] == "done", acked.text
     assert live("/workers/ack", lease, worker).status_code in (200, 409)
+    # Again within the second (the key, the queue and this worker's "last seen" fresh in the process):
+    # these run on the event loop, with the same answers, refusals included.
+    live("/queues/lean/tasks", {"payload": {"n": 1}}, producer)
+    (warm,) = live("/workers/claim", {"worker_id": "w", "queue": "lean", "max_tasks": 1}, worker).json()["tasks"]
+    lease = {"worker_id": "w", "task_id": warm["id"], "lease_token": warm["lease_token"]}
+    both.same("POST", "/workers/heartbeat", {**lease, "lease_token": "nope"}, key=worker, expect=409)
+    both.same("POST", "/workers/ack", {**lease, "lease_token": "nope"}, key=worker, expect=409)
+    assert live("/workers/heartbeat", lease, worker).json()["status"] == "executing"
+    assert live("/workers/ack", lease, worker).json()["status"] == "done"
 
     # A long poll that waits, then gets the task enqueued meanwhile; one that gets nothing.
     timer = threading.Timer(0.7, lambda: live("/queues/lean/tasks", {"payload": {"n": 2}}, producer))

@@ -1,0 +1,77 @@
+"""A worker's single moves on the event loop: a claim from one queue, a heartbeat, an ack.
+
+The same statements as :mod:`queues.lifecycle.lease` with the same
+parameters (its ``claim_statement``, ``heartbeat_params`` and
+``ack_params``), in autocommit on a connection of the event loop's pool
+(``taskforge.infra.postgres.aio``), so a move is durable when its statement
+returns; then the same reports (settled bells, transition line, counters)
+and failpoints, in the same order. A thread hand-off, Django's request
+signals and its connection wrapper cost each of these calls about as much
+as its statement.
+
+What the thread path reads after a heartbeat or an ack that moved nothing
+(does the task exist; does the ack repeat one that succeeded) is not
+written twice: those return None and the caller runs the call again on the
+thread pool, where ``lease`` judges it. Both statements are guarded on the
+lease, so running again one that moved nothing moves nothing either.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+from queues.dispatch import announce
+from queues.lifecycle.lease import AckItem, ack_params, claim_statement, heartbeat_params
+from queues.lifecycle.notify import SETTLED
+from queues.lifecycle.rows import Row, fetch_rows_on_loop
+from queues.lifecycle.statements import ACK, HEARTBEAT
+from queues.models import Queue, Status
+from queues.telemetry import observe
+from taskforge.ops.failpoints import failpoint_on_loop
+
+
+async def claim_on_loop(
+    worker_id: str, queue: Queue, limit: int, *, task_ids: Sequence[uuid.UUID] | None = None, scan: bool = False
+) -> list[Row]:
+    """:func:`lease.claim` of one queue: ``task_ids`` from its lane (topped up by a scan with ``scan``), or a scan."""
+    if limit <= 0:
+        return []
+    moved = await fetch_rows_on_loop(
+        *claim_statement(worker_id, [queue.id], limit, task_ids, [queue.id] if scan else ())
+    )
+    if moved:
+        await observe.transitions_on_loop(moved, queue)
+        await failpoint_on_loop("claim.after_commit")
+    return moved
+
+
+async def heartbeat_on_loop(
+    task_id: uuid.UUID, *, worker_id: str, lease_token: str | None, progress: dict[str, Any] | None
+) -> Row | None:
+    """:func:`lease.heartbeat`; None when the lease is not held (the thread path says why)."""
+    moved = await fetch_rows_on_loop(HEARTBEAT, heartbeat_params(task_id, worker_id, lease_token, progress))
+    if not moved:
+        return None
+    started = [row for row in moved if row["from_status"] == Status.CLAIMED]
+    if started:
+        await observe.learn_queue_names_on_loop(row["queue_id"] for row in started)
+        await observe.transitions_on_loop(started)
+    return moved[0]
+
+
+async def ack_on_loop(
+    task_id: uuid.UUID, *, worker_id: str, lease_token: str | None, result: dict[str, Any] | None
+) -> Row | None:
+    """:func:`lease.ack`; None when nothing moved (a lost lease, or a repeat: the thread path tells them apart)."""
+    moved = await fetch_rows_on_loop(ACK, ack_params(worker_id, [AckItem(task_id, lease_token, result)]))
+    if not moved:
+        return None
+    settled = [row["id"] for row in moved if row["status"] in SETTLED]
+    if settled:  # producers waiting on the result hear first; logs and metrics follow (as report_on_commit)
+        await announce.settled_on_loop(settled)
+    await observe.learn_queue_names_on_loop(row["queue_id"] for row in moved)
+    await observe.transitions_on_loop(moved)
+    await failpoint_on_loop("ack.after_commit")
+    return moved[0]

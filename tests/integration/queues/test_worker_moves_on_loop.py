@@ -1,0 +1,311 @@
+"""A worker's claim, heartbeat and ack on the event loop (queues.lifecycle.lease_on_loop), on real Postgres and Redis.
+
+The same statements as the thread path, so the same guarantees: a task is
+leased to one claimer at a time, whichever path each claimer takes (proven
+here with claims racing on the loop's pool and on threads at once); a move
+on a lease the worker does not hold changes nothing and is left to the
+thread path, which says why. The loop's own pool is closed after each test.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import uuid
+from collections import Counter
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import orjson
+import pytest
+from django import db
+from django.http import QueryDict
+
+from queues import lifecycle
+from queues.apikeys import create_key
+from queues.dispatch import claiming, doorbell, lanes, outage
+from queues.errors import LeaseLost
+from queues.models import Queue, Task
+from queues.telemetry import counters
+from taskforge.http.lean import LeanCall
+from taskforge.infra.postgres import aio
+from taskforge.infra.redis import redis_client
+from tests.factories import QueueFactory
+from workers import hot
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def run[T](scenario: Callable[[], Awaitable[T]]) -> T:
+    """Run ``scenario`` on a fresh event loop, then close that loop's pool."""
+
+    async def main() -> T:
+        try:
+            return await scenario()
+        finally:
+            await aio.close()
+
+    return asyncio.run(main())
+
+
+@pytest.fixture(autouse=True)
+def redis_reachable(monkeypatch):
+    monkeypatch.setattr(outage, "_redis_down_until", 0.0)  # no outage remembered from an earlier test
+
+
+def _enqueue(queue: Queue, count: int, **fields: Any) -> list[lifecycle.Row]:
+    return [
+        row
+        for row, _ in lifecycle.enqueue(queue, [lifecycle.NewTask(payload={"n": n}, **fields) for n in range(count)])
+    ]
+
+
+def _claim(queue: Queue, worker_id: str, max_tasks: int) -> list[lifecycle.Row]:
+    return run(lambda: claiming.claim_one_queue_on_loop(worker_id, queue, max_tasks))
+
+
+def test_a_claim_takes_the_lanes_best_ids_and_leases_them(stdout_log):
+    queue = QueueFactory(name="loop-claim")
+    low = _enqueue(queue, 2, priority=5)
+    high = _enqueue(queue, 1, priority=1)
+
+    claimed = _claim(queue, "w-loop", 2)
+
+    assert claimed[0]["id"] == high[0]["id"]  # best first
+    (left,) = [row for row in low if row["id"] != claimed[1]["id"]]  # the two low ones tie: either
+    for row in claimed:
+        stored = Task.objects.get(id=row["id"])
+        assert (stored.status, stored.claimed_by, stored.attempts) == ("claimed", "w-loop", 1)
+        assert stored.lease_token == row["lease_token"] and stored.lease_expires_at is not None
+    # The lane still holds the one left; the moves were logged as the thread path logs them.
+    assert redis_client().zrange(lanes.ready_key(queue.name), 0, -1) == [str(left["id"]).encode()]
+    logged = {line["task_id"] for line in stdout_log() if line.get("to_status") == "claimed"}
+    assert logged == {str(row["id"]) for row in claimed}
+
+
+def test_a_lane_that_runs_dry_is_topped_up_by_a_postgres_scan():
+    """Redis is only a buffer: tasks missing from the lane (lost with Redis, say) are still claimed."""
+    queue = QueueFactory(name="loop-dry")
+    rows = _enqueue(queue, 5)
+    redis_client().zrem(lanes.ready_key(queue.name), *[str(row["id"]) for row in rows[:3]])
+
+    claimed = _claim(queue, "w-loop", 10)
+
+    assert {row["id"] for row in claimed} == {row["id"] for row in rows}
+    assert _claim(queue, "w-loop", 10) == []
+
+
+def test_garbage_in_the_lane_is_dropped_and_the_claim_goes_on():
+    queue = QueueFactory(name="loop-garbage")
+    (row,) = _enqueue(queue, 1)
+    redis_client().zadd(lanes.ready_key(queue.name), {"not-a-task": 0, str(uuid.uuid4()): 0})
+
+    claimed = _claim(queue, "w-loop", 1)
+
+    assert [task["id"] for task in claimed] == [row["id"]]
+
+
+def test_a_paused_queue_gives_nothing():
+    queue = QueueFactory(name="loop-paused")
+    _enqueue(queue, 2)
+    queue.paused = True
+
+    assert _claim(queue, "w-loop", 2) == []
+    assert Task.objects.filter(queue=queue, status="pending").count() == 2
+
+
+def test_with_redis_unreachable_the_claim_comes_from_postgres(settings, monkeypatch):
+    from tests.live import free_port
+
+    queue = QueueFactory(name="loop-claim-no-redis")
+    rows = _enqueue(queue, 3)
+    monkeypatch.setattr(settings, "REDIS_URL", f"redis://127.0.0.1:{free_port()}/0")
+
+    claimed = _claim(queue, "w-loop", 3)
+
+    assert {row["id"] for row in claimed} == {row["id"] for row in rows}
+    assert not outage.redis_usable()  # the next calls go straight to Postgres for a while
+
+
+def test_claims_racing_on_the_loop_and_on_threads_never_share_a_task():
+    """Four claimers on the loop's pool and two on threads (Django's connections) drain one queue at once."""
+    queue = QueueFactory(name="loop-race")
+    rows = _enqueue(queue, 300)
+    got: list[tuple[str, uuid.UUID]] = []
+    start = threading.Barrier(3)
+
+    def thread_claimer(worker_id: str) -> None:
+        try:
+            start.wait()
+            while claimed := claiming.claim(worker_id, queue, 3).rows:
+                got.extend((worker_id, row["id"]) for row in claimed)
+        finally:
+            db.connection.close()
+
+    async def loop_claimer(worker_id: str) -> None:
+        while claimed := await claiming.claim_one_queue_on_loop(worker_id, queue, 3):
+            got.extend((worker_id, row["id"]) for row in claimed)
+
+    async def on_the_loop() -> None:
+        await asyncio.to_thread(start.wait)
+        await asyncio.gather(*(loop_claimer(f"loop-{n}") for n in range(4)))
+
+    threads = [threading.Thread(target=thread_claimer, args=(f"thread-{n}",)) for n in range(2)]
+    for thread in threads:
+        thread.start()
+    run(on_the_loop)
+    for thread in threads:
+        thread.join(60)
+
+    per_task = Counter(task_id for _, task_id in got)
+    assert set(per_task) == {row["id"] for row in rows}
+    assert max(per_task.values()) == 1  # no task leased twice
+    holders = dict(Task.objects.filter(queue=queue).values_list("id", "claimed_by"))
+    assert all(holders[task_id] == worker_id for worker_id, task_id in got)
+    assert {worker_id.split("-")[0] for worker_id, _ in got} == {"loop", "thread"}  # both paths took tasks
+
+
+def _claimed_one(name: str) -> tuple[Queue, lifecycle.Row]:
+    queue = QueueFactory(name=name)
+    _enqueue(queue, 1)
+    (row,) = _claim(queue, "w-loop", 1)
+    return queue, row
+
+
+def test_a_heartbeat_starts_the_task_extends_its_lease_and_keeps_its_progress(stdout_log):
+    _, claimed = _claimed_one("loop-beat")
+
+    def beat(progress: dict[str, Any] | None) -> lifecycle.Row | None:
+        return run(
+            lambda: lifecycle.heartbeat_on_loop(
+                claimed["id"], worker_id="w-loop", lease_token=claimed["lease_token"], progress=progress
+            )
+        )
+
+    first = beat({"step": 1})
+    second = beat(None)
+
+    assert first is not None and second is not None
+    assert (first["status"], second["status"]) == ("executing", "executing")
+    assert second["lease_expires_at"] >= first["lease_expires_at"] >= claimed["lease_expires_at"]
+    assert Task.objects.get(id=claimed["id"]).progress == {"step": 1}  # kept when a heartbeat has none
+    started = [
+        line for line in stdout_log() if line.get("event") == "task.transition" and line["to_status"] == "executing"
+    ]
+    assert [line["task_id"] for line in started] == [str(claimed["id"])]  # logged once, by the first
+
+
+def test_an_ack_settles_the_task_rings_its_bell_and_counts_it():
+    queue, claimed = _claimed_one("loop-ack")
+    listener = redis_client().pubsub()
+    listener.subscribe(doorbell.settled_channel(str(claimed["id"])))
+    listener.get_message(timeout=1)  # the subscription's confirmation
+    counters.forget_pending()  # a quiet spell: the move is counted before the ack returns
+
+    row = run(
+        lambda: lifecycle.ack_on_loop(
+            claimed["id"], worker_id="w-loop", lease_token=claimed["lease_token"], result={"ok": True}
+        )
+    )
+
+    assert row is not None and row["status"] == "done"
+    stored = Task.objects.get(id=claimed["id"])
+    assert (stored.status, stored.result) == ("done", {"ok": True})
+    bell = listener.get_message(timeout=5)
+    listener.close()
+    assert bell is not None and bell["type"] == "message"
+    assert redis_client().hget(counters.COMPLETED_KEY, f"{queue.name}|done") == b"1"
+
+
+def test_moves_on_a_lease_not_held_change_nothing_and_are_left_to_the_thread_path():
+    """None from the loop; the thread path then answers as it always did (a 409, or a repeated ack's 200)."""
+    _, claimed = _claimed_one("loop-not-held")
+    lease = {"worker_id": "w-loop", "lease_token": "not-the-token"}
+
+    async def wrong_token() -> list[lifecycle.Row | None]:
+        return [
+            await lifecycle.heartbeat_on_loop(claimed["id"], **lease, progress=None),
+            await lifecycle.ack_on_loop(claimed["id"], **lease, result=None),
+        ]
+
+    assert run(wrong_token) == [None, None]
+    assert Task.objects.get(id=claimed["id"]).status == "claimed"
+    with pytest.raises(LeaseLost):
+        lifecycle.ack(claimed["id"], **lease)
+
+    held = {"worker_id": "w-loop", "lease_token": claimed["lease_token"]}
+    assert run(lambda: lifecycle.ack_on_loop(claimed["id"], **held, result=None)) is not None
+    assert run(lambda: lifecycle.ack_on_loop(claimed["id"], **held, result=None)) is None  # a repeat moves nothing
+    assert lifecycle.ack(claimed["id"], **held)["status"] == "done"  # which the thread path answers as before
+
+
+# --- the lean edge's routing (workers.hot) ----------------------------------------------------
+
+
+class Routed:
+    """The lean edge's worker handlers called as the edge calls them, noting which calls went to the thread pool."""
+
+    def __init__(self, raw_key: str) -> None:
+        self.authorization = f"Bearer {raw_key}"
+        self.in_threads: list[str] = []
+        self.handlers = {route.view_name: route for route in hot.routes()}
+
+    def call(self, view_name: str, body: dict[str, Any]) -> Any:
+        route = self.handlers[view_name]
+
+        async def left() -> Any:
+            await asyncio.Event().wait()  # the client never leaves
+
+        async def in_thread(work: Callable[[], Any]) -> Any:
+            self.in_threads.append(view_name)
+
+            def on_a_thread() -> Any:
+                try:
+                    return work()
+                finally:
+                    db.connection.close()
+
+            return await asyncio.to_thread(on_a_thread)
+
+        call = LeanCall(
+            method="POST",
+            path="/workers/" + view_name.removeprefix("worker-"),
+            view_class=route.view_class,
+            params={},
+            query=QueryDict(),
+            authorization=self.authorization,
+            content_type="application/json",
+            body=orjson.dumps(body),
+            receive=left,
+        )
+        return run(lambda: route.handler(call, in_thread))
+
+
+def test_warm_calls_run_on_the_loop_and_cold_or_refused_ones_on_the_thread_pool():
+    """A worker's first claim, heartbeat and ack of a second write its "last seen" row: the thread pool's.
+    The next ones, with the key, queue and controls in the process's copies, never leave the loop; an ack
+    on a lease not held does, after its statement moved nothing, and is refused as there."""
+    queue = QueueFactory(name="loop-routed")
+    _enqueue(queue, 3)
+    _, raw = create_key("loop-routed", "worker")
+    edge = Routed(raw)
+    claim = {"worker_id": "w-routed", "queue": queue.name, "max_tasks": 1}
+
+    status, first = edge.call("worker-claim", claim)
+    assert status == 200 and edge.in_threads == ["worker-claim"]  # cold: key, queue, registry
+    status, second = edge.call("worker-claim", claim)
+    assert status == 200 and edge.in_threads == ["worker-claim"]  # warm: on the loop
+    (one,), (two,) = first["tasks"], second["tasks"]
+    assert one["id"] != two["id"] and two["lease_token"]
+
+    for task in (one, two):
+        lease = {"worker_id": "w-routed", "task_id": task["id"], "lease_token": task["lease_token"]}
+        assert edge.call("worker-heartbeat", lease)[1]["status"] == "executing"
+        assert edge.call("worker-ack", {**lease, "result": {"n": 1}})[1]["status"] == "done"
+    assert edge.in_threads == ["worker-claim", "worker-heartbeat", "worker-ack"]  # the first of each only
+
+    (three,) = edge.call("worker-claim", claim)[1]["tasks"]
+    with pytest.raises(LeaseLost):  # the edge answers it as the contract's 409
+        edge.call("worker-ack", {"worker_id": "w-routed", "task_id": three["id"], "lease_token": "nope"})
+    assert edge.in_threads[-1] == "worker-ack"  # the loop's statement moved nothing: the thread pool said why
+    assert Task.objects.get(id=three["id"]).status == "claimed"
