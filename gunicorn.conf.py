@@ -11,7 +11,7 @@ import os
 
 bind = f"{os.environ.get('HOST', '0.0.0.0')}:{os.environ.get('PORT', '8080')}"
 workers = int(os.environ.get("WEB_CONCURRENCY", "2"))
-worker_class = "uvicorn_worker.UvicornWorker"
+worker_class = "taskforge.http.server.Worker"  # uvicorn's, writing each answer in one piece
 graceful_timeout = 10
 timeout = 60
 keepalive = 30

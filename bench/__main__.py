@@ -73,6 +73,7 @@ def _profiled(cfg: config.Config) -> dict[str, tuple[Workload, float]]:
         "W1": (enqueue.w1, cfg.w1_seconds + 1),
         "W2": (enqueue.w2, cfg.w2_seconds + 1),
         "W3": (drain.w3_batch, 8.0),
+        "W3N": (drain.w3n, 8.0),
     }
 
 

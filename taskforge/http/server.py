@@ -1,0 +1,91 @@
+"""The API's HTTP server: gunicorn's uvicorn worker, writing each answer in one piece.
+
+uvicorn (httptools) writes an answer's status line and headers when the
+app sends ``http.response.start``, and its body when the app sends
+``http.response.body``: two ``send`` calls on the socket, and the client
+wakes twice, once for headers it cannot use without the body. On the
+single-task calls that second write was about a tenth of the API's CPU
+(``make bench``, W3N's profile: ``RequestResponseCycle.send``).
+
+Here the headers of an answer whose length is known (``content-length``:
+every JSON answer) wait for its body and go with it in one write. An answer
+of unknown length (``/events``' stream, chunked) has its headers written at
+once, as before, so a stream's client sees them before the first event.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
+from uvicorn_worker import UvicornWorker
+
+
+class _Collected:
+    """Stands in for the transport while uvicorn writes the headers: keeps them."""
+
+    def __init__(self) -> None:
+        self.data = b""
+
+    def write(self, data: bytes) -> None:
+        self.data += data
+
+
+class _Prefixed:
+    """The transport, with ``prefix`` (the held headers) in front of the next write."""
+
+    def __init__(self, transport: Any, prefix: bytes) -> None:
+        self._transport = transport
+        self._prefix = prefix
+
+    def write(self, data: bytes) -> None:
+        self._transport.write(self._prefix + data)
+        self._prefix = b""
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._transport, name)
+
+
+class OneWriteCycle(RequestResponseCycle):
+    """uvicorn's request/response cycle; an answer of known length goes out in one write."""
+
+    _held: bytes | None = None
+
+    async def send(self, message: Any) -> None:
+        if message["type"] == "http.response.start" and not self.response_started and _has_length(message):
+            transport, self.transport = self.transport, _Collected()
+            try:
+                await super().send(message)
+                self._held = self.transport.data or None
+            finally:
+                self.transport = transport
+            return
+        held, self._held = self._held, None
+        if held is None:
+            await super().send(message)
+            return
+        transport, self.transport = self.transport, _Prefixed(self.transport, held)
+        try:
+            await super().send(message)
+        finally:
+            self.transport = transport
+
+
+def _has_length(message: Any) -> bool:
+    return any(name.lower() == b"content-length" for name, _ in message.get("headers", ()))
+
+
+class OneWriteProtocol(HttpToolsProtocol):
+    """uvicorn's httptools protocol whose requests run :class:`OneWriteCycle`."""
+
+    def on_headers_complete(self) -> None:
+        super().on_headers_complete()
+        # The cycle was made, and its task scheduled but not started: it starts as a OneWriteCycle.
+        if self.cycle is not None and type(self.cycle) is RequestResponseCycle:
+            self.cycle.__class__ = OneWriteCycle
+
+
+class Worker(UvicornWorker):
+    """gunicorn's uvicorn worker (uvloop) with :class:`OneWriteProtocol`."""
+
+    CONFIG_KWARGS = {**UvicornWorker.CONFIG_KWARGS, "http": OneWriteProtocol}
