@@ -19,7 +19,7 @@ lease, so running again one that moved nothing moves nothing either.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from queues.dispatch import announce
@@ -56,7 +56,7 @@ async def heartbeat_on_loop(
         return None
     started = [row for row in moved if row["from_status"] == Status.CLAIMED]
     if started:
-        await observe.learn_queue_names_on_loop(row["queue_id"] for row in started)
+        await _name_queues(row["queue_id"] for row in started)
         await observe.transitions_on_loop(started)
     return moved[0]
 
@@ -71,7 +71,19 @@ async def ack_on_loop(
     settled = [row["id"] for row in moved if row["status"] in SETTLED]
     if settled:  # producers waiting on the result hear first; logs and metrics follow (as report_on_commit)
         await announce.settled_on_loop(settled)
-    await observe.learn_queue_names_on_loop(row["queue_id"] for row in moved)
+    await _name_queues(row["queue_id"] for row in moved)
     await observe.transitions_on_loop(moved)
     await failpoint_on_loop("ack.after_commit")
     return moved[0]
+
+
+_QUEUE_NAMES = "SELECT id, name FROM tf_queue WHERE id = ANY(%(ids)s::uuid[])"
+
+
+async def _name_queues(queue_ids: Iterable[uuid.UUID]) -> None:
+    """Read the names of the moves' queues this process has not named yet (the log line and answer need them)."""
+    missing = observe.unnamed(queue_ids)
+    if missing:
+        found = {row["id"]: row["name"] for row in await fetch_rows_on_loop(_QUEUE_NAMES, {"ids": list(missing)})}
+        # A queue deleted meanwhile is named by its id, as queue_name does.
+        observe.name_queues({queue_id: found.get(queue_id, str(queue_id)) for queue_id in missing})

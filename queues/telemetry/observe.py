@@ -46,7 +46,7 @@ async def transitions_on_loop(rows: list[dict[str, Any]], queue: Queue | None = 
     """:func:`transitions` for moves made on the event loop: the same line, the same counters.
 
     No lookup may block the loop: the moves' queues are ``queue`` or named
-    by :func:`learn_queue_names_on_loop` first. A counter write that is due
+    by :func:`name_queues` first. A counter write that is due
     at once goes to a thread and is awaited: the answer still comes after
     it, so another process's ``/metrics`` counts it.
     """
@@ -61,18 +61,14 @@ async def transitions_on_loop(rows: list[dict[str, Any]], queue: Queue | None = 
         logger.exception("recording metrics failed", extra={"event": "metrics.error"})
 
 
-_QUEUE_NAMES = "SELECT id, name FROM tf_queue WHERE id = ANY(%(ids)s::uuid[])"
+def unnamed(queue_ids: Iterable[uuid.UUID]) -> set[uuid.UUID]:
+    """The queues among ``queue_ids`` this process cannot name without a query."""
+    return {queue_id for queue_id in queue_ids if queue_id not in _queue_names}
 
 
-async def learn_queue_names_on_loop(queue_ids: Iterable[uuid.UUID]) -> None:
-    """Name the queues this process has not named yet, reading them on the event loop's pool."""
-    from queues.lifecycle.rows import fetch_rows_on_loop
-
-    missing = {queue_id for queue_id in queue_ids if queue_id not in _queue_names}
-    if missing:
-        found = {row["id"]: row["name"] for row in await fetch_rows_on_loop(_QUEUE_NAMES, {"ids": list(missing)})}
-        for queue_id in missing:
-            _queue_names[queue_id] = found.get(queue_id, str(queue_id))
+def name_queues(names: dict[uuid.UUID, str]) -> None:
+    """Remember queue names read elsewhere (on the event loop, where :func:`queue_name` would block)."""
+    _queue_names.update(names)
 
 
 def _log(rows: list[dict[str, Any]]) -> None:

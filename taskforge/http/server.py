@@ -15,7 +15,8 @@ once, as before, so a stream's client sees them before the first event.
 
 from __future__ import annotations
 
-from typing import Any
+import asyncio
+from typing import Any, cast
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 from uvicorn_worker import UvicornWorker
@@ -53,10 +54,11 @@ class OneWriteCycle(RequestResponseCycle):
 
     async def send(self, message: Any) -> None:
         if message["type"] == "http.response.start" and not self.response_started and _has_length(message):
-            transport, self.transport = self.transport, _Collected()
+            transport, collected = self.transport, _Collected()
+            self.transport = cast(asyncio.Transport, collected)
             try:
                 await super().send(message)
-                self._held = self.transport.data or None
+                self._held = collected.data or None
             finally:
                 self.transport = transport
             return
@@ -64,7 +66,8 @@ class OneWriteCycle(RequestResponseCycle):
         if held is None:
             await super().send(message)
             return
-        transport, self.transport = self.transport, _Prefixed(self.transport, held)
+        transport = self.transport
+        self.transport = cast(asyncio.Transport, _Prefixed(transport, held))
         try:
             await super().send(message)
         finally:
@@ -81,7 +84,7 @@ class OneWriteProtocol(HttpToolsProtocol):
     def on_headers_complete(self) -> None:
         super().on_headers_complete()
         # The cycle was made, and its task scheduled but not started: it starts as a OneWriteCycle.
-        if self.cycle is not None and type(self.cycle) is RequestResponseCycle:
+        if type(self.cycle) is RequestResponseCycle:  # not a cycle of before, nor none (an upgrade)
             self.cycle.__class__ = OneWriteCycle
 
 

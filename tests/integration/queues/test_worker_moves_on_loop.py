@@ -26,7 +26,7 @@ from queues.apikeys import create_key
 from queues.dispatch import claiming, doorbell, lanes, outage
 from queues.errors import LeaseLost
 from queues.models import Queue, Task
-from queues.telemetry import counters
+from queues.telemetry import counters, observe
 from taskforge.http.lean import LeanCall
 from taskforge.infra.postgres import aio
 from taskforge.infra.redis import redis_client
@@ -195,8 +195,9 @@ def test_a_heartbeat_starts_the_task_extends_its_lease_and_keeps_its_progress(st
     assert [line["task_id"] for line in started] == [str(claimed["id"])]  # logged once, by the first
 
 
-def test_an_ack_settles_the_task_rings_its_bell_and_counts_it():
+def test_an_ack_settles_the_task_rings_its_bell_and_counts_it(stdout_log, monkeypatch):
     queue, claimed = _claimed_one("loop-ack")
+    monkeypatch.setattr(observe, "_queue_names", {})  # another process claimed it: the queue is not named here
     listener = redis_client().pubsub()
     listener.subscribe(doorbell.settled_channel(str(claimed["id"])))
     listener.get_message(timeout=1)  # the subscription's confirmation
@@ -215,6 +216,8 @@ def test_an_ack_settles_the_task_rings_its_bell_and_counts_it():
     listener.close()
     assert bell is not None and bell["type"] == "message"
     assert redis_client().hget(counters.COMPLETED_KEY, f"{queue.name}|done") == b"1"
+    (line,) = [line for line in stdout_log() if line.get("to_status") == "done"]
+    assert line["queue"] == queue.name  # read on the loop's pool
 
 
 def test_moves_on_a_lease_not_held_change_nothing_and_are_left_to_the_thread_path():
