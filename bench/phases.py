@@ -66,7 +66,7 @@ PHASES = (
     Phase("queue lookup (cached)", "queues.api.hot", "queue_or_404"),
     Phase("body validation", "queues.api.views", "validate_enqueue"),
     Phase("health check of the connection taken (one empty query)", "taskforge.infra.postgres.aio", "_ping"),
-    Phase("the INSERT, prepared, in autocommit", "queues.lifecycle.on_loop", "fetch_rows_on"),
+    Phase("the INSERT, prepared, in autocommit", "queues.lifecycle.rows", "fetch_rows_on"),
     Phase("Redis lane and doorbell", "queues.dispatch.announce", "announce_on_loop"),
     Phase("transition log line and counters", "queues.telemetry.observe", "transitions_on_loop"),
     Phase("access log line", "taskforge.http.lean", "log_access"),

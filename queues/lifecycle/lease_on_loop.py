@@ -25,6 +25,7 @@ from typing import Any
 from queues.dispatch import announce
 from queues.lifecycle.lease import AckItem, ack_params, claim_statement, heartbeat_params
 from queues.lifecycle.notify import SETTLED
+from queues.lifecycle.read_statements import QUEUE_NAMES
 from queues.lifecycle.rows import Row, fetch_rows_on_loop
 from queues.lifecycle.statements import ACK, HEARTBEAT
 from queues.models import Queue, Status
@@ -77,13 +78,10 @@ async def ack_on_loop(
     return moved[0]
 
 
-_QUEUE_NAMES = "SELECT id, name FROM tf_queue WHERE id = ANY(%(ids)s::uuid[])"
-
-
 async def _name_queues(queue_ids: Iterable[uuid.UUID]) -> None:
     """Read the names of the moves' queues this process has not named yet (the log line and answer need them)."""
     missing = observe.unnamed(queue_ids)
     if missing:
-        found = {row["id"]: row["name"] for row in await fetch_rows_on_loop(_QUEUE_NAMES, {"ids": list(missing)})}
+        found = {row["id"]: row["name"] for row in await fetch_rows_on_loop(QUEUE_NAMES, {"ids": list(missing)})}
         # A queue deleted meanwhile is named by its id, as queue_name does.
         observe.name_queues({queue_id: found.get(queue_id, str(queue_id)) for queue_id in missing})

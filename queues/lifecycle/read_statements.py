@@ -1,4 +1,4 @@
-"""Named reads the lifecycle's moves use to explain a refusal (part of ``statements.ALL``)."""
+"""Named reads the lifecycle's moves use to explain a refusal or to report a move (part of ``statements.ALL``)."""
 
 from __future__ import annotations
 
@@ -21,6 +21,10 @@ TASK_EXISTS = "SELECT 1 FROM tf_task WHERE id = %(task_id)s"
 
 # Whether a queue has a DLQ entry for the task: a refused replay or discard is 409 if so, 404 if not.
 DEAD_LETTER_EXISTS = "SELECT 1 FROM tf_dead_letter WHERE id = %(task_id)s AND queue_id = %(queue_id)s"
+
+# The names of queues, by id: what a move's log line and answer need, read on the event loop
+# (queues.lifecycle.lease_on_loop) where the ORM would block it.
+QUEUE_NAMES = "SELECT id, name FROM tf_queue WHERE id = ANY(%(ids)s::uuid[])"
 
 
 #: This module's statements, name -> SQL (merged into ``statements.ALL``).

@@ -33,15 +33,23 @@ class _Collected:
 
 
 class _Prefixed:
-    """The transport, with ``prefix`` (the held headers) in front of the next write."""
+    """The transport, with ``prefix`` (the held headers) in front of the next write, or written before a close."""
 
     def __init__(self, transport: Any, prefix: bytes) -> None:
         self._transport = transport
-        self._prefix = prefix
+        self.prefix = prefix
 
     def write(self, data: bytes) -> None:
-        self._transport.write(self._prefix + data)
-        self._prefix = b""
+        self._transport.write(self.prefix + data)
+        self.prefix = b""
+
+    def flush(self) -> None:
+        if self.prefix:
+            self.write(b"")
+
+    def close(self) -> None:
+        self.flush()
+        self._transport.close()
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._transport, name)
@@ -53,7 +61,7 @@ class OneWriteCycle(RequestResponseCycle):
     _held: bytes | None = None
 
     async def send(self, message: Any) -> None:
-        if message["type"] == "http.response.start" and not self.response_started and _has_length(message):
+        if message["type"] == "http.response.start" and not self.response_started and self._body_follows(message):
             transport, collected = self.transport, _Collected()
             self.transport = cast(asyncio.Transport, collected)
             try:
@@ -66,16 +74,20 @@ class OneWriteCycle(RequestResponseCycle):
         if held is None:
             await super().send(message)
             return
-        transport = self.transport
-        self.transport = cast(asyncio.Transport, _Prefixed(transport, held))
+        transport, prefixed = self.transport, _Prefixed(self.transport, held)
+        self.transport = cast(asyncio.Transport, prefixed)
         try:
             await super().send(message)
+            if not self.disconnected:
+                prefixed.flush()  # written with the body, or now when uvicorn wrote none
         finally:
             self.transport = transport
 
-
-def _has_length(message: Any) -> bool:
-    return any(name.lower() == b"content-length" for name, _ in message.get("headers", ()))
+    def _body_follows(self, message: Any) -> bool:
+        """Whether a body message will carry the held headers out: a length known, and not a HEAD (no body)."""
+        if self.scope["method"] == "HEAD":
+            return False
+        return any(name.lower() == b"content-length" for name, _ in message.get("headers", ()))
 
 
 class OneWriteProtocol(HttpToolsProtocol):

@@ -73,6 +73,26 @@ def test_an_answer_of_known_length_is_one_write_of_headers_and_body():
     assert answer == writes[-1]
 
 
+def test_a_head_request_gets_its_headers_though_no_body_is_written():
+    """uvicorn writes no body for a HEAD: the headers are not held for one."""
+
+    async def scenario() -> tuple[list[bytes], bytes]:
+        writes: list[bytes] = []
+        server = await _serve(_json_app, writes)
+        port = server.sockets[0].getsockname()[1]
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"HEAD /q HTTP/1.1\r\nHost: t\r\n\r\n")
+        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
+        writer.close()
+        server.close()
+        await server.wait_closed()
+        return writes, head
+
+    writes, head = asyncio.run(scenario())
+    assert head.startswith(b"HTTP/1.1 201 Created\r\n") and b"content-length: 12" in head
+    assert writes == [head]
+
+
 def test_a_stream_has_its_headers_written_before_its_first_event():
     """No content-length: the headers go at once, so the client sees them while the stream waits."""
 
