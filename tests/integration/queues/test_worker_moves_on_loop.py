@@ -289,7 +289,7 @@ def test_warm_calls_run_on_the_loop_and_cold_or_refused_ones_on_the_thread_pool(
     The next ones, with the key, queue and controls in the process's copies, never leave the loop; an ack
     on a lease not held does, after its statement moved nothing, and is refused as there."""
     queue = QueueFactory(name="loop-routed")
-    _enqueue(queue, 3)
+    _enqueue(queue, 2)
     _, raw = create_key("loop-routed", "worker")
     edge = Routed(raw)
     claim = {"worker_id": "w-routed", "queue": queue.name, "max_tasks": 1}
@@ -307,6 +307,9 @@ def test_warm_calls_run_on_the_loop_and_cold_or_refused_ones_on_the_thread_pool(
         assert edge.call("worker-ack", {**lease, "result": {"n": 1}})[1]["status"] == "done"
     assert edge.in_threads == ["worker-claim", "worker-heartbeat", "worker-ack"]  # the first of each only
 
+    status, batch = edge.call("worker-claim", {**claim, "max_tasks": hot.LOOP_CLAIM_MAX_TASKS + 1})
+    assert status == 200 and batch["tasks"] == [] and edge.in_threads[-1] == "worker-claim"  # a batch: threads'
+    _enqueue(queue, 1)
     (three,) = edge.call("worker-claim", claim)[1]["tasks"]
     with pytest.raises(LeaseLost):  # the edge answers it as the contract's 409
         edge.call("worker-ack", {"worker_id": "w-routed", "task_id": three["id"], "lease_token": "nope"})
