@@ -41,7 +41,6 @@ from workers.views import (
     nack_one,
 )
 
-
 #: The largest claim the event loop serves itself. A claim's rows, log lines and answer are CPU the
 #: loop spends without serving anything else; a batch claim spreads its round trips over its tasks
 #: anyway, and on the thread pool it leaves the loop free (make bench: W3b, a producer's batches
