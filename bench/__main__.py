@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import runpy
 import shutil
 import subprocess
 import sys
@@ -77,6 +78,11 @@ def _profiled(cfg: config.Config) -> dict[str, tuple[Workload, float]]:
     }
 
 
+def _worker_class() -> str:
+    """The API's gunicorn worker class, as gunicorn.conf.py names it."""
+    return str(runpy.run_path(str(ROOT / "gunicorn.conf.py"))["worker_class"])
+
+
 def _prune_old_logs() -> None:
     dirs = sorted(RESULTS.glob("*.logs.tmp"))
     for old in dirs[:-KEEP_LOG_DIRS]:
@@ -128,7 +134,7 @@ def main() -> int:
             "bench": {k: v for k, v in cfg.__dict__.items()},
             "worker": kind,
             "taskforge": {
-                "serving": "gunicorn -c gunicorn.conf.py (uvicorn_worker.UvicornWorker)"
+                "serving": f"gunicorn -c gunicorn.conf.py ({_worker_class()})"
                 if cfg.serving == "asgi"
                 else f"gunicorn -c gunicorn.conf.py taskforge.wsgi -k gthread --threads {cfg.gthread_threads}",
                 "WEB_CONCURRENCY": cfg.web_concurrency,
