@@ -19,6 +19,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from rest_framework.serializers import Serializer
+
 from queues import lifecycle
 from queues.api.inputs import validated
 from queues.apikeys import authorize
@@ -94,49 +96,53 @@ async def _claim_on_loop(call: LeanCall, kind: str) -> Answer | longpoll.WaitFor
     return claim_outcome(fields, rows, kind)
 
 
+def _warm(call: LeanCall, serializer: type[Serializer], **seen: bool) -> tuple[dict[str, Any], str | None] | None:
+    """A heartbeat's or ack's fields and the worker's control when the call can run on the event loop.
+
+    None when it belongs on the thread pool: no loop pool, a key or control
+    this process has not read yet, or the worker's "last seen" row due.
+    """
+    if not aio.enabled():
+        return None
+    try:
+        with rowcache.cached_only():
+            authorize(call.authorization, call.view_class, call.method)
+            fields = validated(serializer, call.json())
+            control = controls.control_for(fields["worker_id"])
+    except rowcache.NotCached:
+        return None
+    if registry.seen_is_due(fields["worker_id"], **seen):
+        return None
+    return fields, control
+
+
 async def _heartbeat(call: LeanCall, in_thread: InThread[Any]) -> Answer:
     """:func:`workers.views.heartbeat_one` on the event loop when it can run there."""
-    if aio.enabled():
-        try:
-            with rowcache.cached_only():
-                authorize(call.authorization, call.view_class, call.method)
-                fields = validated(HeartbeatSerializer, call.json())
-                control = controls.control_for(fields["worker_id"])
-        except rowcache.NotCached:
-            pass
-        else:
-            if not registry.seen_is_due(fields["worker_id"], heartbeat=True):
-                row = await lifecycle.heartbeat_on_loop(
-                    fields["task_id"],
-                    worker_id=fields["worker_id"],
-                    lease_token=fields["lease_token"],
-                    progress=fields["progress"],
-                )
-                if row is not None:
-                    return heartbeat_answer(row, control)
+    warm = _warm(call, HeartbeatSerializer, heartbeat=True)
+    if warm is not None:
+        fields, control = warm
+        row = await lifecycle.heartbeat_on_loop(
+            fields["task_id"],
+            worker_id=fields["worker_id"],
+            lease_token=fields["lease_token"],
+            progress=fields["progress"],
+        )
+        if row is not None:
+            return heartbeat_answer(row, control)
     answer: Answer = await in_thread(lambda: _authorized(heartbeat_one)(call))
     return answer
 
 
 async def _ack(call: LeanCall, in_thread: InThread[Any]) -> Answer:
     """:func:`workers.views.ack_one` on the event loop when it can run there."""
-    if aio.enabled():
-        try:
-            with rowcache.cached_only():
-                authorize(call.authorization, call.view_class, call.method)
-                fields = validated(AckSerializer, call.json())
-        except rowcache.NotCached:
-            pass
-        else:
-            if not registry.seen_is_due(fields["worker_id"]):
-                row = await lifecycle.ack_on_loop(
-                    fields["task_id"],
-                    worker_id=fields["worker_id"],
-                    lease_token=fields["lease_token"],
-                    result=fields["result"],
-                )
-                if row is not None:
-                    return acked(row)
+    warm = _warm(call, AckSerializer)
+    if warm is not None:
+        fields, _ = warm
+        row = await lifecycle.ack_on_loop(
+            fields["task_id"], worker_id=fields["worker_id"], lease_token=fields["lease_token"], result=fields["result"]
+        )
+        if row is not None:
+            return acked(row)
     answer: Answer = await in_thread(lambda: _authorized(ack_one)(call))
     return answer
 

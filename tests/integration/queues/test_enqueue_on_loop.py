@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -30,22 +30,11 @@ from taskforge.http.middleware import request_id_var
 from taskforge.infra.postgres import aio
 from tests import live
 from tests.factories import QueueFactory
+from tests.integration.queues.loop import run
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 FOLLOWERS = 4
-
-
-def run[T](scenario: Callable[[], Awaitable[T]]) -> T:
-    """Run ``scenario`` on a fresh event loop, then close that loop's pool."""
-
-    async def main() -> T:
-        try:
-            return await scenario()
-        finally:
-            await aio.close()
-
-    return asyncio.run(main())
 
 
 @contextmanager

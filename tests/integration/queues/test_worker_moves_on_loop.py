@@ -13,7 +13,7 @@ import asyncio
 import threading
 import uuid
 from collections import Counter
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -28,24 +28,12 @@ from queues.errors import LeaseLost
 from queues.models import Queue, Task
 from queues.telemetry import counters, observe
 from taskforge.http.lean import LeanCall
-from taskforge.infra.postgres import aio
 from taskforge.infra.redis import redis_client
 from tests.factories import QueueFactory
+from tests.integration.queues.loop import run
 from workers import hot
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-def run[T](scenario: Callable[[], Awaitable[T]]) -> T:
-    """Run ``scenario`` on a fresh event loop, then close that loop's pool."""
-
-    async def main() -> T:
-        try:
-            return await scenario()
-        finally:
-            await aio.close()
-
-    return asyncio.run(main())
 
 
 @pytest.fixture(autouse=True)
