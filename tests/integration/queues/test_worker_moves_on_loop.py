@@ -28,10 +28,11 @@ from queues.errors import LeaseLost
 from queues.models import Queue, Task
 from queues.telemetry import counters, observe
 from taskforge.http.lean import LeanCall
+from taskforge.infra import change_watch
 from taskforge.infra.redis import redis_client
 from tests.factories import QueueFactory
 from tests.integration.queues.loop import run
-from workers import hot
+from workers import hot, registry
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -272,10 +273,15 @@ class Routed:
         return run(lambda: route.handler(call, in_thread))
 
 
-def test_warm_calls_run_on_the_loop_and_cold_or_refused_ones_on_the_thread_pool():
+def test_warm_calls_run_on_the_loop_and_cold_or_refused_ones_on_the_thread_pool(monkeypatch):
     """A worker's first claim, heartbeat and ack of a second write its "last seen" row: the thread pool's.
     The next ones, with the key, queue and controls in the process's copies, never leave the loop; an ack
     on a lease not held does, after its statement moved nothing, and is refused as there."""
+    # The process's copies are trusted only while the change watch listens (it starts at first use), and
+    # "last seen" must not fall due again mid-test on a slow machine: neither is what this test is about.
+    watch = change_watch.current()
+    assert watch is not None and watch.wait_listening(10)
+    monkeypatch.setattr(registry, "SEEN_RESOLUTION_SECONDS", 600.0)
     queue = QueueFactory(name="loop-routed")
     _enqueue(queue, 2)
     _, raw = create_key("loop-routed", "worker")
