@@ -20,6 +20,7 @@ import redis
 from queues.dispatch import doorbell, lanes, ratelimit
 from queues.dispatch.outage import redis_failed, redis_usable
 from queues.models import Queue
+from taskforge.infra import redis_pipelines
 from taskforge.infra.redis import async_redis_client, redis_client
 
 logger = logging.getLogger("taskforge.dispatch")
@@ -48,7 +49,7 @@ async def announce_on_loop(queue: Queue, rows: Sequence[Row]) -> None:
     try:
         pipe = client.pipeline(transaction=False)
         _queue_commands(pipe, queue.name, ready, later, paused=queue.paused, push=queue.push is not None)
-        await pipe.execute()
+        await redis_pipelines.execute(pipe)
     except redis.RedisError as exc:
         redis_failed(exc, "announcing tasks")
 
@@ -125,7 +126,7 @@ async def settled_on_loop(task_ids: Sequence[uuid.UUID]) -> None:
     try:
         pipe = client.pipeline(transaction=False)
         doorbell.ring_settled([str(task_id) for task_id in task_ids], pipe)  # type: ignore[arg-type]
-        await pipe.execute()
+        await redis_pipelines.execute(pipe)
     except redis.RedisError as exc:
         redis_failed(exc, "announcing settled tasks")
 

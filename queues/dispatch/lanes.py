@@ -30,6 +30,7 @@ from datetime import UTC, datetime
 import redis
 from django.conf import settings
 
+from taskforge.infra import redis_pipelines
 from taskforge.infra.redis import Pipeline, async_redis_client, redis_client
 
 #: Most ids kept per lane: a buffer for the next claims, not a copy of the table.
@@ -170,8 +171,12 @@ async def pop_on_loop(queue_name: str, count: int) -> tuple[int, list[uuid.UUID]
     client = async_redis_client()
     if client is None:
         return await asyncio.get_running_loop().run_in_executor(None, pop, queue_name, count)
-    popped: list[tuple[bytes, float]] = await client.zpopmin(ready_key(queue_name), count)  # type: ignore[assignment]
-    return len(popped), parse_ids(member for member, _ in popped)
+    pipe = client.pipeline(transaction=False)
+    pipe.zpopmin(ready_key(queue_name), count)
+    (popped,) = await redis_pipelines.execute(pipe)
+    # The raw reply: members and scores in one list (RESP2), or [member, score] pairs (RESP3).
+    members = [pair[0] for pair in popped] if popped and isinstance(popped[0], list) else popped[::2]
+    return len(members), parse_ids(members)
 
 
 def sizes(queue_names: Sequence[str]) -> list[int]:

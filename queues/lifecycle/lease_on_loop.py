@@ -5,7 +5,8 @@ parameters (its ``claim_statement``, ``heartbeat_params`` and
 ``ack_params``), in autocommit on a connection of the event loop's pool
 (``taskforge.infra.postgres.aio``), so a move is durable when its statement
 returns; then the same reports (settled bells, transition line, counters)
-and failpoints, in the same order. A thread hand-off, Django's request
+and failpoints, in the same order, the bells and the line once the request
+has its answer (``taskforge.infra.after_answer``). A thread hand-off, Django's request
 signals and its connection wrapper cost each of these calls about as much
 as its statement.
 
@@ -30,6 +31,7 @@ from queues.lifecycle.rows import Row, fetch_rows_on_loop
 from queues.lifecycle.statements import ACK, HEARTBEAT
 from queues.models import Queue, Status
 from queues.telemetry import observe
+from taskforge.infra.after_answer import after_answer
 from taskforge.ops.failpoints import failpoint_on_loop
 
 
@@ -70,8 +72,8 @@ async def ack_on_loop(
     if not moved:
         return None
     settled = [row["id"] for row in moved if row["status"] in SETTLED]
-    if settled:  # producers waiting on the result hear first; logs and metrics follow (as report_on_commit)
-        await announce.settled_on_loop(settled)
+    if settled:  # producers waiting on the result hear first, the line follows (as report_on_commit)
+        await after_answer(lambda: announce.settled_on_loop(settled))
     await _name_queues(row["queue_id"] for row in moved)
     await observe.transitions_on_loop(moved)
     await failpoint_on_loop("ack.after_commit")

@@ -3,9 +3,10 @@
 The same move as :func:`queues.lifecycle.enqueue` for one task without an
 idempotency key: the same statement (``statements.ENQUEUE``, its parameters
 from :func:`produce.enqueue_params`), in autocommit, so the task is durable
-when the statement returns; then the same announce (Redis lane and bell,
-before the answer, so that a claim sent after the answer finds the task in
-its lane), the same failpoint and the same transition report. It runs on a
+when the statement returns; then the same failpoint, the same counters and
+the same announce (Redis lane and bell) and transition line, those two once
+the request has its answer (``taskforge.infra.after_answer``: a claim sent
+meanwhile finds the task through Postgres). It runs on a
 connection of the event loop's pool (``taskforge.infra.postgres.aio``)
 instead of Django's on a pool thread: the hand-off to the thread and back,
 Django's request signals and its connection wrapper were a third of a
@@ -37,6 +38,7 @@ from queues.lifecycle.produce import NewTask, enqueue_params
 from queues.lifecycle.rows import Row, fetch_rows_on_loop
 from queues.models import Queue
 from queues.telemetry import observe
+from taskforge.infra.after_answer import after_answer, detached
 from taskforge.ops.failpoints import failpoint_on_loop
 
 _Waiter = tuple[NewTask, "asyncio.Future[Row]"]
@@ -65,6 +67,7 @@ async def enqueue_on_loop(queue: Queue, task: NewTask) -> Row:
 
 async def _run(queue: Queue, key: GroupKey, group: Sequence[_Waiter]) -> None:
     """Insert ``group``'s tasks in one statement, answer each, and start the statement of those who came since."""
+    rows: list[Row] = []
     try:
         rows = await _insert(queue, [task for task, _ in group])
     except Exception as exc:
@@ -86,13 +89,18 @@ async def _run(queue: Queue, key: GroupKey, group: Sequence[_Waiter]) -> None:
         following = _waiting.pop(key)
         if following:
             _waiting[key] = []
-            started = asyncio.get_running_loop().create_task(_run(queue, key, following))
+            # Its own context: it serves those requests, not the one whose statement ran here.
+            started = asyncio.get_running_loop().create_task(_run(queue, key, following), context=detached())
             _running.add(started)
             started.add_done_callback(_running.discard)
+    if rows:
+        # The lane entries and the bell: once the first request has its answer, or (a statement
+        # started for those who waited, in no request of its own) while its requests send theirs.
+        await after_answer(lambda: announce.announce_on_loop(queue, rows))
 
 
 async def _insert(queue: Queue, tasks: list[NewTask]) -> list[Row]:
-    """The statement, then the announce and the failpoint a committed enqueue passes: the rows, in order."""
+    """The statement, then the failpoint a committed enqueue passes: the rows, in order."""
     ids = [uuid.uuid4() for _ in tasks]
     try:
         inserted = await fetch_rows_on_loop(statements.ENQUEUE, enqueue_params(queue, tasks, ids))
@@ -101,7 +109,6 @@ async def _insert(queue: Queue, tasks: list[NewTask]) -> list[Row]:
         if isinstance(exc.__cause__, ForeignKeyViolation):
             raise QueueNotFound(queue.name) from None
         raise
-    await announce.announce_on_loop(queue, inserted)
     await failpoint_on_loop("enqueue.after_commit")
     # Matched by the ids chosen, not by position: RETURNING's order is not promised.
     by_id = {row["id"]: row for row in inserted}

@@ -13,6 +13,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from queues.models import LEASED, Queue
+from taskforge.infra.after_answer import after_answer
 from taskforge.ops.logs import Batch, log_batch
 
 logger = logging.getLogger("taskforge.transitions")
@@ -46,15 +47,16 @@ async def transitions_on_loop(rows: list[dict[str, Any]], queue: Queue | None = 
     """:func:`transitions` for moves made on the event loop: the same line, the same counters.
 
     No lookup may block the loop: the moves' queues are ``queue`` or named
-    by :func:`name_queues` first. A counter write that is due
-    at once goes to a thread and is awaited: the answer still comes after
-    it, so another process's ``/metrics`` counts it.
+    by :func:`name_queues` first. The line is written once the request has
+    its answer (``after_answer``): nobody waits on it. A counter write that
+    is due at once goes to a thread and is awaited: the answer still comes
+    after it, so another process's ``/metrics`` counts it.
     """
     from queues.telemetry import counters
 
     if queue is not None:
         _queue_names[queue.id] = queue.name
-    _log(rows)
+    await after_answer(lambda: _log(rows))
     try:
         await counters.record_transitions_on_loop(rows, queue_name)
     except Exception:

@@ -57,6 +57,7 @@ from taskforge.http.middleware import (
 from taskforge.http.parsers import StrictJSONParser
 from taskforge.http.renderers import FastJSONRenderer
 from taskforge.infra import rowcache
+from taskforge.infra.after_answer import Deferred, answering
 from taskforge.ops.request_metrics import record_request
 
 Scope = MutableMapping[str, Any]
@@ -237,54 +238,77 @@ class LeanEdge:
             )
         )
         try:
-            refusal = unreadable_body(
-                headers.get(b"content-encoding", b"").decode("latin-1").strip().lower(),
-                headers.get(b"content-type", b"").decode("latin-1"),
-                body,
-            )
-            view_name: str | None = route.view_name
-            if refusal is not None:  # answered before Django's later middleware: none of its headers
-                view_name = None  # nor had Django resolved the view yet
-                status = refusal.status_code
-                content = refusal.content
-                extra = [(name.lower().encode("latin-1"), value.encode("latin-1")) for name, value in refusal.items()]
-            else:
-                call = LeanCall(
-                    method=scope["method"],
-                    path=scope["path"],
-                    view_class=route.view_class,
-                    params=params,
-                    query=QueryDict(scope.get("query_string", b"").decode(errors="replace")),  # as WSGIRequest.GET
-                    authorization=headers.get(b"authorization", b"").decode("latin-1"),
-                    content_type=headers.get(b"content-type", b"").decode("latin-1"),
-                    body=body,
-                    receive=receive,
-                )
-                extra_headers: dict[str, str] = {}
+            with answering() as deferred:
                 try:
-                    answer = await route.handler(call, self.in_thread)
-                except Exception as exc:  # every error is answered, as DRF's handler does
-                    answer = None
-                    status, data, extra_headers = error_answer(exc)
-                else:
-                    if answer is None:
-                        return  # the client left: no answer, no log line, not counted
-                    status, data = answer
-                content = _RENDERER.render(data)
-                extra = [_JSON, (b"allow", route.allow_header), *self.headers[self._secure(scope, headers)]]
-                extra += [
-                    (name.lower().encode("latin-1"), value.encode("latin-1")) for name, value in extra_headers.items()
-                ]
-            extra.append((b"content-length", str(len(content)).encode()))
-            extra.append((b"x-request-id", request_id.encode()))
-            await send({"type": "http.response.start", "status": status, "headers": extra})
-            await send({"type": "http.response.body", "body": content, "more_body": False})
-            log_access(scope["method"], scope["path"], status, started)
-            secure = self._secure(scope, headers)
-            record_request(scope["method"], view_name, status, len(body), content, started, secure=secure)
+                    await self._respond(
+                        route, params, headers, scope, receive, send, body, request_id, started, deferred
+                    )
+                finally:
+                    await deferred.run()  # the call failed or its client left: what it deferred is owed all the same
         finally:
             caller_var.reset(caller)
             request_id_var.reset(token)
+
+    async def _respond(
+        self,
+        route: Route,
+        params: dict[str, str],
+        headers: dict[bytes, bytes],
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        body: bytes,
+        request_id: str,
+        started: float,
+        deferred: Deferred,
+    ) -> None:
+        """The body's refusal, or the handler's answer or error; then the deferred work, the access line, metrics."""
+        refusal = unreadable_body(
+            headers.get(b"content-encoding", b"").decode("latin-1").strip().lower(),
+            headers.get(b"content-type", b"").decode("latin-1"),
+            body,
+        )
+        view_name: str | None = route.view_name
+        if refusal is not None:  # answered before Django's later middleware: none of its headers
+            view_name = None  # nor had Django resolved the view yet
+            status = refusal.status_code
+            content = refusal.content
+            extra = [(name.lower().encode("latin-1"), value.encode("latin-1")) for name, value in refusal.items()]
+        else:
+            call = LeanCall(
+                method=scope["method"],
+                path=scope["path"],
+                view_class=route.view_class,
+                params=params,
+                query=QueryDict(scope.get("query_string", b"").decode(errors="replace")),  # as WSGIRequest.GET
+                authorization=headers.get(b"authorization", b"").decode("latin-1"),
+                content_type=headers.get(b"content-type", b"").decode("latin-1"),
+                body=body,
+                receive=receive,
+            )
+            extra_headers: dict[str, str] = {}
+            try:
+                answer = await route.handler(call, self.in_thread)
+            except Exception as exc:  # every error is answered, as DRF's handler does
+                answer = None
+                status, data, extra_headers = error_answer(exc)
+            else:
+                if answer is None:
+                    return  # the client left: no answer, no log line, not counted
+                status, data = answer
+            content = _RENDERER.render(data)
+            extra = [_JSON, (b"allow", route.allow_header), *self.headers[self._secure(scope, headers)]]
+            extra += [
+                (name.lower().encode("latin-1"), value.encode("latin-1")) for name, value in extra_headers.items()
+            ]
+        extra.append((b"content-length", str(len(content)).encode()))
+        extra.append((b"x-request-id", request_id.encode()))
+        await send({"type": "http.response.start", "status": status, "headers": extra})
+        await send({"type": "http.response.body", "body": content, "more_body": False})
+        await deferred.run()  # the bells and transition lines the call left for after its answer
+        log_access(scope["method"], scope["path"], status, started)
+        secure = self._secure(scope, headers)
+        record_request(scope["method"], view_name, status, len(body), content, started, secure=secure)
 
     async def in_thread(self, work: Callable[[], T]) -> T:
         """Run ``work`` on the thread pool as Django runs a view.
