@@ -18,6 +18,7 @@ import threading
 import time
 import uuid
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -208,24 +209,39 @@ def test_every_hot_call_answers_as_django_does(world) -> None:
     odd = live("/workers/claim", {"worker_id": "w", "queue": "lean"}, worker, **{"X-Request-ID": "bad id!"})
     assert odd.headers["x-request-id"] not in ("bad id!", "") and len(odd.headers["x-request-id"]) == 32
 
-    # One access log line per request, with its id (long polls included).
-    lines = [json.loads(raw) for log in stack.logs for raw in log.read_text().splitlines() if raw.startswith("{")]
-    logged = Counter(line["request_id"] for line in lines if line.get("event") == "http.request")
+    # One access log line per request, with its id (long polls included). The line and the request's
+    # metrics are written once its answer is sent, so the newest may still be on their way: wait for
+    # every request's line, then count them.
+    def access_lines() -> Counter[str]:
+        lines = [json.loads(raw) for log in stack.logs for raw in log.read_text().splitlines() if raw.startswith("{")]
+        return Counter(line["request_id"] for line in lines if line.get("event") == "http.request")
+
+    logged = _eventually(access_lines, lambda counts: all(counts[request_id] for request_id in both.request_ids))
     assert all(logged[request_id] == 1 for request_id in both.request_ids), [
         (i, logged[i]) for i in both.request_ids if logged[i] != 1
     ]
 
     # Every request counted once on /metrics, by view, method and status.
-    samples = parse(httpx.get(f"{url}/metrics", timeout=10).text)
-    counted = family(samples, "django_http_responses_total_by_status_view_method_total")
+    def counted_by_status() -> dict[frozenset[tuple[str, str]], float]:
+        samples = parse(httpx.get(f"{url}/metrics", timeout=10).text)
+        return family(samples, "django_http_responses_total_by_status_view_method_total")
+
+    def labels(view: str, method: str, status: str) -> frozenset[tuple[str, str]]:
+        return frozenset({"view": view, "method": method, "status": status}.items())
+
+    counted = _eventually(
+        counted_by_status, lambda found: all(found.get(labels(*key)) == n for key, n in both.sent.items())
+    )
     for (view, method, status), sent in both.sent.items():
-        labels = frozenset({"view": view, "method": method, "status": status}.items())
-        assert counted.get(labels) == sent, (view, method, status, counted.get(labels), sent)
-    by_view = family(samples, "django_http_requests_total_by_view_transport_method_total")
+        found = counted.get(labels(view, method, status))
+        assert found == sent, (view, method, status, found, sent)
+    by_view = family(
+        parse(httpx.get(f"{url}/metrics", timeout=10).text), "django_http_requests_total_by_view_transport_method_total"
+    )
     for view in VIEWS.values():
-        labels = frozenset({"view": view, "transport": "http", "method": "POST"}.items())
+        view_labels = frozenset({"view": view, "transport": "http", "method": "POST"}.items())
         sent = sum(n for (v, m, _), n in both.sent.items() if v == view and m == "POST")
-        assert by_view.get(labels) == sent, (view, by_view.get(labels), sent)
+        assert by_view.get(view_labels) == sent, (view, by_view.get(view_labels), sent)
 
 
 def test_task_reads_answer_as_django_does(world) -> None:
@@ -285,3 +301,13 @@ def test_task_reads_answer_as_django_does(world) -> None:
     still = call("GET", f"/queues/lean/tasks/{other['id']}?wait_seconds=1", producer)
     assert still.status_code == 200 and still.json()["status"] == "pending"
     assert time.monotonic() - started >= 0.9
+
+
+def _eventually[T](read: Callable[[], T], done: Callable[[T], bool], timeout: float = 10.0) -> T:
+    """``read()`` again until ``done`` says its value is complete (or the time is up): the last value read."""
+    deadline = time.monotonic() + timeout
+    value = read()
+    while not done(value) and time.monotonic() < deadline:
+        time.sleep(0.05)
+        value = read()
+    return value
