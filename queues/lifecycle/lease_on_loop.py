@@ -6,9 +6,9 @@ parameters (its ``claim_statement``, ``heartbeat_params`` and
 (``taskforge.infra.postgres.aio``), so a move is durable when its statement
 returns; then the same reports (settled bells, transition line, counters)
 and failpoints, in the same order, the bells and the line once the request
-has its answer (``taskforge.infra.after_answer``). A thread hand-off, Django's request
-signals and its connection wrapper cost each of these calls about as much
-as its statement.
+has its answer (``taskforge.infra.after_answer``). A thread hand-off,
+Django's request signals and its connection wrapper cost each of these
+calls about as much as its statement.
 
 What the thread path reads after a heartbeat or an ack that moved nothing
 (does the task exist; does the ack repeat one that succeeded) is not

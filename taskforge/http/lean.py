@@ -17,7 +17,10 @@ Django's path gave it, from the same shared functions:
 * the headers Django's middleware adds to an API answer (computed once from
   Django's own middleware) and DRF's ``Allow``;
 * one hop to the thread pool, with Django's request signals around the work
-  (its database connection handling) and the request's context variables.
+  (its database connection handling) and the request's context variables;
+* a scope for work the call leaves for after its answer
+  (``taskforge.infra.after_answer``), run once the answer is sent, before
+  the access line, inside the request's own call.
 
 Whatever this edge cannot answer exactly as Django would (another method, a
 host Django would refuse, a script prefix, an HTTPS redirect) goes to Django
