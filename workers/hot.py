@@ -3,9 +3,10 @@
 A claim of up to ``LOOP_CLAIM_MAX_TASKS`` tasks from one named pull queue
 with no rate limit, a heartbeat and an ack run on the event loop
 (``queues.lifecycle.lease_on_loop``) when the process holds the call's key,
-queue and the workers' controls, and this worker's "last seen" is not due
-to be written; otherwise, and for a nack, the call is one call on the
-thread pool, as before. The checks are the views' own
+queue and the workers' controls (an ack, whose answer carries none, needs
+only the key), and this worker's "last seen" is not due to be written;
+otherwise, and for a nack, the call is one call on the thread pool, as
+before. The checks are the views' own
 functions (``workers.views``), in their order; a call leaves the loop for
 the thread pool only before it has changed anything, or after a heartbeat
 or ack that moved nothing (the thread pool then tells which error it is).
@@ -96,11 +97,14 @@ async def _claim_on_loop(call: LeanCall, kind: str) -> Answer | longpoll.WaitFor
     return claim_outcome(fields, rows, kind)
 
 
-def _warm(call: LeanCall, serializer: type[Serializer], **seen: bool) -> tuple[dict[str, Any], str | None] | None:
-    """A heartbeat's or ack's fields and the worker's control when the call can run on the event loop.
+def _warm(
+    call: LeanCall, serializer: type[Serializer], *, with_control: bool, **seen: bool
+) -> tuple[dict[str, Any], str | None] | None:
+    """A heartbeat's or ack's fields (and, ``with_control``, the worker's control) when it can run on the event loop.
 
     None when it belongs on the thread pool: no loop pool, a key or control
-    this process has not read yet, or the worker's "last seen" row due.
+    this process has not read yet, or the worker's "last seen" row due. An
+    ack's answer carries no control, so it does not look one up.
     """
     if not aio.enabled():
         return None
@@ -108,7 +112,7 @@ def _warm(call: LeanCall, serializer: type[Serializer], **seen: bool) -> tuple[d
         with rowcache.cached_only():
             authorize(call.authorization, call.view_class, call.method)
             fields = validated(serializer, call.json())
-            control = controls.control_for(fields["worker_id"])
+            control = controls.control_for(fields["worker_id"]) if with_control else None
     except rowcache.NotCached:
         return None
     if registry.seen_is_due(fields["worker_id"], **seen):
@@ -118,7 +122,7 @@ def _warm(call: LeanCall, serializer: type[Serializer], **seen: bool) -> tuple[d
 
 async def _heartbeat(call: LeanCall, in_thread: InThread[Any]) -> Answer:
     """:func:`workers.views.heartbeat_one` on the event loop when it can run there."""
-    warm = _warm(call, HeartbeatSerializer, heartbeat=True)
+    warm = _warm(call, HeartbeatSerializer, with_control=True, heartbeat=True)
     if warm is not None:
         fields, control = warm
         row = await lifecycle.heartbeat_on_loop(
@@ -135,7 +139,7 @@ async def _heartbeat(call: LeanCall, in_thread: InThread[Any]) -> Answer:
 
 async def _ack(call: LeanCall, in_thread: InThread[Any]) -> Answer:
     """:func:`workers.views.ack_one` on the event loop when it can run there."""
-    warm = _warm(call, AckSerializer)
+    warm = _warm(call, AckSerializer, with_control=False)
     if warm is not None:
         fields, _ = warm
         row = await lifecycle.ack_on_loop(

@@ -32,7 +32,7 @@ from taskforge.infra import change_watch
 from taskforge.infra.redis import redis_client
 from tests.factories import QueueFactory
 from tests.integration.queues.loop import run
-from workers import hot, registry
+from workers import controls, hot, registry
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -323,3 +323,32 @@ def test_warm_calls_run_on_the_loop_and_cold_or_refused_ones_on_the_thread_pool(
         edge.call("worker-ack", {"worker_id": "w-routed", "task_id": three["id"], "lease_token": "nope"})
     assert edge.in_threads[-1] == "worker-ack"  # the loop's statement moved nothing: the thread pool said why
     assert Task.objects.get(id=three["id"]).status == "claimed"
+
+
+def test_a_warm_ack_runs_on_the_loop_without_the_workers_controls_read(monkeypatch):
+    """An ack's answer carries no control: with the controls' copy dropped it stays on the loop, a heartbeat not."""
+    watch = change_watch.current()
+    assert watch is not None and watch.wait_listening(10)
+    monkeypatch.setattr(registry, "SEEN_RESOLUTION_SECONDS", 600.0)
+    queue = QueueFactory(name="loop-uncontrolled")
+    _enqueue(queue, 30)
+    _, raw = create_key("loop-uncontrolled", "worker")
+    edge = Routed(raw)
+    claim = {"worker_id": "w-free", "queue": queue.name, "max_tasks": 1}
+    leases = iter(
+        [
+            {"worker_id": "w-free", "task_id": task["id"], "lease_token": task["lease_token"]}
+            for task in (edge.call("worker-claim", claim)[1]["tasks"][0] for _ in range(25))
+        ]
+    )
+    edge.call("worker-heartbeat", next(leases))  # "last seen" of each kind written: warm from here on
+    edge.call("worker-ack", next(leases))
+
+    def without_controls() -> dict[str, Any]:
+        controls._controlled.clear()  # as after a change to any control, until the thread pool reads them again
+        return next(leases)
+
+    before = len(edge.in_threads)
+    assert edge.call("worker-heartbeat", without_controls())[1]["status"] == "executing"
+    assert edge.in_threads[before:] == ["worker-heartbeat"]  # its answer carries the control: the thread pool's
+    assert _until_on_the_loop(edge, "worker-ack", without_controls)[1]["status"] == "done"
