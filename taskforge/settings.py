@@ -142,12 +142,12 @@ if DB_POOL_SIZE:
     _db_options["pool"] = {"min_size": 1, "max_size": DB_POOL_SIZE, "timeout": 10}
     _db["CONN_MAX_AGE"] = 0  # the pool owns connection lifetime
 _db["OPTIONS"] = _db_options
-# Checked on every checkout (with the pool: one empty round trip): after a
-# Postgres restart or pg_terminate_backend a process would otherwise hand out its
-# dead pooled connections one failed request (or loop tick) at a time. Measured by
-# make test-faults. This backend's pool also sweeps itself once it finds a dead one.
-# (A zero-timeout poll of the idle socket instead was tried: it misses a backend
-# terminated a moment before the checkout, which the empty query still catches.)
+# Checked on checkout: after a Postgres restart or pg_terminate_backend a process
+# would otherwise hand out its dead pooled connections one failed request (or loop
+# tick) at a time. Measured by make test-faults. With the pool, one empty round trip
+# unless the connection was handed out within the last second and its socket is
+# quiet (taskforge/infra/postgres/checkout.py); the pool sweeps itself once it
+# finds a dead one.
 _db["CONN_HEALTH_CHECKS"] = True
 _db["ENGINE"] = "taskforge.infra.postgres"
 DATABASES = {"default": _db}

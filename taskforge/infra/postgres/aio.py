@@ -5,9 +5,9 @@ edge's single enqueue (``queues.api.hot``) runs its one statement on the
 event loop instead, on a psycopg ``AsyncConnectionPool`` of each API process
 made from the same settings as Django's: the same server, options
 (timeouts), time zone, adapters and prepared statements. It is the same
-kind of pool with the same check on every checkout (one empty query: a
-connection that died while idle, after a restart or a
-``pg_terminate_backend``, is replaced, not used) and, like
+kind of pool with the same check on checkout (one empty query, unless
+``checkout`` finds none owed: a connection that died while idle, after a
+restart or a ``pg_terminate_backend``, is replaced, not used) and, like
 ``taskforge.infra.postgres.base``, a dead one found makes the pool check
 all of its others at once.
 
@@ -27,6 +27,7 @@ from django.db import connection
 from psycopg import AsyncConnection, generators, pq
 from psycopg_pool import AsyncConnectionPool
 
+from taskforge.infra.postgres import checkout
 from taskforge.infra.postgres.base import check_answer
 
 # The pool and the loop it belongs to. A new loop (tests run one per test) gets a new pool;
@@ -85,11 +86,15 @@ async def _ping(conn: AsyncConnection) -> None:
 
 
 async def _check(conn: AsyncConnection) -> None:
+    if not checkout.needs_ping(conn):
+        checkout.handed_out(conn)
+        return
     try:
         if conn.pgconn.transaction_status != pq.TransactionStatus.IDLE:
             await AsyncConnectionPool.check_connection(conn)
         else:
             await _ping(conn)
+        checkout.handed_out(conn)
     except Exception:
         found = getattr(conn, "_pool", None)
         if isinstance(found, AsyncConnectionPool):

@@ -21,6 +21,8 @@ from django.db.backends.postgresql import base
 from psycopg import pq
 from psycopg_pool import ConnectionPool
 
+from taskforge.infra.postgres import checkout
+
 
 def _ping(conn: Any) -> None:
     """psycopg_pool's check (one empty query) sent by libpq directly.
@@ -46,8 +48,13 @@ def check_answer(result: pq.abc.PGresult | None, pgconn: pq.abc.PGconn) -> None:
 
 
 def check_connection(conn: Any) -> None:
+    """The pool's check on checkout: the empty query, unless ``checkout`` finds it owed nothing."""
+    if not checkout.needs_ping(conn):
+        checkout.handed_out(conn)
+        return
     try:
         _ping(conn)
+        checkout.handed_out(conn)
     except Exception:
         # psycopg_pool marks the connection it is handing out with its pool.
         pool = getattr(conn, "_pool", None)

@@ -143,7 +143,7 @@ def test_the_pool_replaces_connections_killed_while_idle():
         async with pool.connection() as conn:
             held = conn.info.backend_pid
         with psycopg.connect(live.test_database_url(), autocommit=True) as killer:
-            killed = killer.execute("SELECT pg_terminate_backend(%s)", [held]).fetchone()
+            killed = killer.execute("SELECT pg_terminate_backend(%s, 5000)", [held]).fetchone()
         assert killed == (True,)
         second = await lifecycle.enqueue_on_loop(queue, lifecycle.NewTask(payload={"n": 2}))
         return [first, second]

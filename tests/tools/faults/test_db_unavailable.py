@@ -50,7 +50,7 @@ def test_when_every_pooled_connection_dies_the_next_checkout_gets_a_fresh_one():
         thread.join()
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity "
+            "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid, 5000)) FROM pg_stat_activity "
             "WHERE datname = current_database() AND pid <> pg_backend_pid()"
         )
         (killed,) = cursor.fetchone()
@@ -74,15 +74,17 @@ def test_when_every_pooled_connection_dies_the_next_checkout_gets_a_fresh_one():
 
 
 @pytest.mark.django_db(transaction=True)
-def test_the_checkout_check_refuses_a_connection_whose_backend_was_just_terminated():
-    """The check sends its empty query through libpq itself: it must still catch a backend killed a moment ago."""
+def test_the_checkout_check_refuses_a_connection_whose_backend_was_terminated():
+    """Handed out a moment before, so no empty query is owed: the terminated backend's goodbye
+    on the socket still makes the check send it, and refuse the connection."""
     connection.ensure_connection()  # this thread's own connection does the killing
     pool = connection.pool
     conn = pool.getconn()
     try:
         check_connection(conn)  # alive: no error
         with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_terminate_backend(%s)", [conn.info.backend_pid])
+            # With a timeout it returns once the backend has gone (its goodbye written).
+            cursor.execute("SELECT pg_terminate_backend(%s, 5000)", [conn.info.backend_pid])
         with pytest.raises(psycopg.OperationalError):
             check_connection(conn)
         assert conn.closed  # the pool discards it when it comes back
@@ -105,7 +107,7 @@ def test_api_process_survives_pg_terminate_backend_of_its_pooled_connections(liv
             cursor.execute("SELECT pg_backend_pid()")
             (own_pid,) = cursor.fetchone()
             cursor.execute(
-                "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity "
+                "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid, 5000)) FROM pg_stat_activity "
                 "WHERE datname = current_database() AND pid <> %s",
                 [own_pid],
             )
@@ -129,7 +131,7 @@ def test_single_enqueues_survive_pg_terminate_backend_of_every_connection(live_s
         assert [answer.status_code for answer in before] == [201] * 5
         with connection.cursor() as cursor:
             cursor.execute(
-                "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity "
+                "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid, 5000)) FROM pg_stat_activity "
                 "WHERE datname = current_database() AND pid <> pg_backend_pid()"
             )
             (killed,) = cursor.fetchone()
