@@ -1,15 +1,15 @@
 """The single-task worker calls at the lean edge (taskforge.http.lean): the views' own functions, without DRF.
 
 A claim of up to ``LOOP_CLAIM_MAX_TASKS`` tasks from one named pull queue
-with no rate limit, a heartbeat and an ack run on the event loop
+with no rate limit, a heartbeat, an ack and a nack run on the event loop
 (``queues.lifecycle.lease_on_loop``) when the process holds the call's key,
-queue and the workers' controls (an ack, whose answer carries none, needs
-only the key), and this worker's "last seen" is not due to be written;
-otherwise, and for a nack, the call is one call on the thread pool, as
-before. The checks are the views' own
-functions (``workers.views``), in their order; a call leaves the loop for
-the thread pool only before it has changed anything, or after a heartbeat
-or ack that moved nothing (the thread pool then tells which error it is).
+queue and the workers' controls (an ack or a nack, whose answer carries
+none, needs only the key), and this worker's "last seen" is not due to be
+written; otherwise the call is one call on the thread pool, as before. The
+checks are the views' own functions (``workers.views``), in their order; a
+call leaves the loop for the thread pool only before it has changed
+anything, or after a heartbeat, ack or nack that moved nothing (the thread
+pool then tells which error it is).
 
 A claim keeps its long poll: each attempt is the whole request again, and
 the wait between attempts is ``workers.longpoll``'s one loop.
@@ -26,11 +26,11 @@ from queues import lifecycle
 from queues.api.inputs import validated
 from queues.apikeys import authorize
 from queues.dispatch import claiming
-from taskforge.http.lean import Answer, InThread, LeanCall, Route, in_thread_handler
+from taskforge.http.lean import Answer, InThread, LeanCall, Route
 from taskforge.infra import rowcache
 from taskforge.infra.postgres import aio
 from workers import controls, longpoll, registry
-from workers.inputs import AckSerializer, HeartbeatSerializer
+from workers.inputs import AckSerializer, HeartbeatSerializer, NackSerializer
 from workers.views import (
     ReadBody,
     ack_one,
@@ -42,6 +42,7 @@ from workers.views import (
     heartbeat_answer,
     heartbeat_one,
     nack_one,
+    nacked,
 )
 
 #: The largest claim the event loop serves itself. A claim's rows, log lines and answer are CPU the
@@ -137,6 +138,26 @@ async def _heartbeat(call: LeanCall, in_thread: InThread[Any]) -> Answer:
     return answer
 
 
+async def _nack(call: LeanCall, in_thread: InThread[Any]) -> Answer:
+    """:func:`workers.views.nack_one` on the event loop when it can run there."""
+    warm = _warm(call, NackSerializer, with_control=False)
+    if warm is not None:
+        fields, _ = warm
+        item = lifecycle.NackItem(
+            fields["task_id"],
+            fields["error"],
+            lease_token=fields["lease_token"],
+            retry=fields["retry"],
+            retry_after_seconds=fields["retry_after_seconds"],
+            release=fields["release"],
+        )
+        row = await lifecycle.nack_on_loop(item, worker_id=fields["worker_id"])
+        if row is not None:
+            return nacked(row)
+    answer: Answer = await in_thread(lambda: _authorized(nack_one)(call))
+    return answer
+
+
 async def _ack(call: LeanCall, in_thread: InThread[Any]) -> Answer:
     """:func:`workers.views.ack_one` on the event loop when it can run there."""
     warm = _warm(call, AckSerializer, with_control=False)
@@ -157,5 +178,5 @@ def routes() -> list[Route]:
         Route("POST", "worker-claim", _claim),
         Route("POST", "worker-heartbeat", _heartbeat),
         Route("POST", "worker-ack", _ack),
-        Route("POST", "worker-nack", in_thread_handler(_authorized(nack_one))),
+        Route("POST", "worker-nack", _nack),
     ]

@@ -142,6 +142,10 @@ def acked(row: dict[str, Any]) -> Answer:
     return 200, _task(row)
 
 
+def nacked(row: dict[str, Any]) -> Answer:
+    return 200, _task(row)
+
+
 def nack_one(read_body: ReadBody) -> Answer:
     """``POST /workers/nack``."""
     fields = validated(NackSerializer, read_body())
@@ -155,7 +159,7 @@ def nack_one(read_body: ReadBody) -> Answer:
         retry_after_seconds=fields["retry_after_seconds"],
         release=fields["release"],
     )
-    return 200, _task(row)
+    return nacked(row)
 
 
 @openapi.claim_schema

@@ -23,7 +23,7 @@ The modules, by who asks for the move:
 * ``grouped``: concurrent single enqueues into one queue sharing one statement (group commit).
 * ``lease``: claim, heartbeat, ack, nack, lease expiry (workers and the watchdog).
 * ``on_loop``, ``lease_on_loop``: a single enqueue, and a worker's claim of one
-  queue, heartbeat and ack, on the API's event loop (the lean edge).
+  queue, heartbeat, ack and nack, on the API's event loop (the lean edge).
 * ``operate``: promote, retry now, cancel, purge, replay, discard, delete a
   queue, prune (the scheduler, operators, producers' cancels).
 * ``cancelling``: cancel at once (waiting tasks) or on request (running
@@ -52,7 +52,7 @@ from queues.lifecycle.lease import (
     nack,
     nack_many,
 )
-from queues.lifecycle.lease_on_loop import ack_on_loop, claim_on_loop, heartbeat_on_loop
+from queues.lifecycle.lease_on_loop import ack_on_loop, claim_on_loop, heartbeat_on_loop, nack_on_loop
 from queues.lifecycle.on_loop import enqueue_on_loop
 from queues.lifecycle.operate import (
     cancel,
@@ -99,6 +99,7 @@ __all__ = [
     "heartbeat_on_loop",
     "nack",
     "nack_many",
+    "nack_on_loop",
     "promote_due",
     "prune_finished",
     "prune_unseen_workers",

@@ -211,27 +211,27 @@ def nack_many(worker_id: str, items: Sequence[NackItem]) -> list[Row | DomainErr
     2. Decide retry-or-dead per row (``queues.lifecycle.decide``).
     3. Apply the outcomes in one statement; items not locked are lost leases.
     """
-    wants = {item.task_id: item for item in items}
     with transaction.atomic():
-        locked = fetch_rows(
-            statements.LOCK_HELD_FOR_NACK,
-            {
-                "ids": [item.task_id for item in items],
-                "tokens": [item.lease_token for item in items],
-                "worker_id": worker_id,
-            },
-        )
-        moved = (
-            fetch_rows(
-                statements.FAIL,
-                {**_failure_params(locked, wants), "event_worker": worker_id, "event_kind": "transition"},
-            )
-            if locked
-            else []
-        )
+        locked = fetch_rows(statements.LOCK_HELD_FOR_NACK, nack_lock_params(worker_id, items))
+        moved = fetch_rows(statements.FAIL, nack_fail_params(worker_id, items, locked)) if locked else []
         report_on_commit(moved)
     by_id = {row["id"]: row for row in moved}
     return [by_id.get(item.task_id) or not_held(item.task_id) for item in items]
+
+
+def nack_lock_params(worker_id: str, items: Sequence[NackItem]) -> dict[str, Any]:
+    """``LOCK_HELD_FOR_NACK``'s parameters: one definition for both paths."""
+    return {
+        "ids": [item.task_id for item in items],
+        "tokens": [item.lease_token for item in items],
+        "worker_id": worker_id,
+    }
+
+
+def nack_fail_params(worker_id: str, items: Sequence[NackItem], locked: list[Row]) -> dict[str, Any]:
+    """``FAIL``'s parameters for the ``locked`` rows of a nack: one definition for both paths."""
+    wants = {item.task_id: item for item in items}
+    return {**_failure_params(locked, wants), "event_worker": worker_id, "event_kind": "transition"}
 
 
 def nack(

@@ -1,20 +1,23 @@
-"""A worker's single moves on the event loop: a claim from one queue, a heartbeat, an ack.
+"""A worker's single moves on the event loop: a claim from one queue, a heartbeat, an ack, a nack.
 
 The same statements as :mod:`queues.lifecycle.lease` with the same
-parameters (its ``claim_statement``, ``heartbeat_params`` and
-``ack_params``), in autocommit on a connection of the event loop's pool
-(``taskforge.infra.postgres.aio``), so a move is durable when its statement
-returns; then the same reports (settled bells, transition line, counters)
-and failpoints, in the same order, the bells and the line once the request
-has its answer (``taskforge.infra.after_answer``). A thread hand-off,
-Django's request signals and its connection wrapper cost each of these
-calls about as much as its statement.
+parameters (its ``claim_statement``, ``heartbeat_params``, ``ack_params``
+and the nack's ``nack_lock_params`` and ``nack_fail_params``), on a
+connection of the event loop's pool (``taskforge.infra.postgres.aio``): in
+autocommit, or for a nack in one transaction as on the threads (the lock,
+the decision, ``FAIL``), so a move is durable when it returns; then the
+same reports (settled bells, transition line, counters) and failpoints, in
+the same order, the bells and the line once the request has its answer
+(``taskforge.infra.after_answer``). A thread hand-off, Django's request
+signals and its connection wrapper cost each of these calls about as much
+as its statement.
 
-What the thread path reads after a heartbeat or an ack that moved nothing
+What the thread path reads after a heartbeat, ack or nack that moved nothing
 (does the task exist; does the ack repeat one that succeeded) is not
 written twice: those return None and the caller runs the call again on the
-thread pool, where ``lease`` judges it. Both statements are guarded on the
-lease, so running again one that moved nothing moves nothing either.
+thread pool, where ``lease`` judges it. Every one of these statements is
+guarded on the lease, so running again one that moved nothing moves nothing
+either.
 """
 
 from __future__ import annotations
@@ -24,11 +27,19 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from queues.dispatch import announce
-from queues.lifecycle.lease import AckItem, ack_params, claim_statement, heartbeat_params
+from queues.lifecycle.lease import (
+    AckItem,
+    NackItem,
+    ack_params,
+    claim_statement,
+    heartbeat_params,
+    nack_fail_params,
+    nack_lock_params,
+)
 from queues.lifecycle.notify import SETTLED
 from queues.lifecycle.read_statements import QUEUE_NAMES
-from queues.lifecycle.rows import Row, fetch_rows_on_loop
-from queues.lifecycle.statements import ACK, HEARTBEAT
+from queues.lifecycle.rows import Row, fetch_rows_on, fetch_rows_on_loop, transaction_on_loop
+from queues.lifecycle.statements import ACK, FAIL, HEARTBEAT, LOCK_HELD_FOR_NACK
 from queues.models import Queue, Status
 from queues.telemetry import observe
 from taskforge.infra.after_answer import after_answer
@@ -77,6 +88,26 @@ async def ack_on_loop(
     await _name_queues(row["queue_id"] for row in moved)
     await observe.transitions_on_loop(moved)
     await failpoint_on_loop("ack.after_commit")
+    return moved[0]
+
+
+async def nack_on_loop(item: NackItem, *, worker_id: str) -> Row | None:
+    """:func:`lease.nack`; None when the lease is not held (the thread path says why).
+
+    The same transaction as the thread path's: the held task locked, its
+    outcome decided (``decide.failed_attempt_outcome``: retry after a backoff,
+    or dead), then ``FAIL``; committed before the reports.
+    """
+    async with transaction_on_loop() as conn:
+        locked = await fetch_rows_on(conn, LOCK_HELD_FOR_NACK, nack_lock_params(worker_id, [item]))
+        if not locked:
+            return None
+        moved = await fetch_rows_on(conn, FAIL, nack_fail_params(worker_id, [item], locked))
+    settled = [row["id"] for row in moved if row["status"] in SETTLED]
+    if settled:  # a dead task: producers waiting on the result hear first (as report_on_commit)
+        await after_answer(lambda: announce.settled_on_loop(settled))
+    await _name_queues(row["queue_id"] for row in moved)
+    await observe.transitions_on_loop(moved)
     return moved[0]
 
 

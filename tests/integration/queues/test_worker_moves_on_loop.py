@@ -1,4 +1,4 @@
-"""A worker's claim, heartbeat and ack on the event loop (queues.lifecycle.lease_on_loop), on real Postgres and Redis.
+"""A worker's claim, heartbeat, ack and nack on the event loop (queues.lifecycle.lease_on_loop), on real services.
 
 The same statements as the thread path, so the same guarantees: a task is
 leased to one claimer at a time, whichever path each claimer takes (proven
@@ -20,6 +20,7 @@ import orjson
 import pytest
 from django import db
 from django.http import QueryDict
+from django.utils import timezone
 
 from queues import lifecycle
 from queues.apikeys import create_key
@@ -209,6 +210,68 @@ def test_an_ack_settles_the_task_rings_its_bell_and_counts_it(stdout_log, monkey
     assert line["queue"] == queue.name  # read on the loop's pool
 
 
+def test_a_nack_retries_after_a_backoff_until_the_last_attempt_then_the_task_is_dead(stdout_log):
+    """The thread path's decision (decide.failed_attempt_outcome) in the loop's transaction."""
+    queue = QueueFactory(name="loop-nack", max_retries=1)
+    _enqueue(queue, 1)
+    (first,) = _claim(queue, "w-loop", 1)
+    item = lifecycle.NackItem(first["id"], "boom", lease_token=first["lease_token"])
+    before = timezone.now()
+
+    retried = run(lambda: lifecycle.nack_on_loop(item, worker_id="w-loop"))
+
+    assert retried is not None and retried["status"] == "retry"
+    stored = Task.objects.get(id=first["id"])
+    assert (stored.status, stored.last_error, stored.attempts) == ("retry", "boom", 1)
+    assert stored.scheduled_at > before  # after a backoff
+    Task.objects.filter(id=first["id"]).update(scheduled_at=stored.created_at)  # due now
+    lifecycle.promote_due()
+    (second,) = _claim(queue, "w-loop", 1)
+    assert second["id"] == first["id"] and second["attempts"] == 2
+    listener = redis_client().pubsub()
+    listener.subscribe(doorbell.settled_channel(str(first["id"])))
+    listener.get_message(timeout=1)  # the subscription's confirmation
+
+    dead = run(
+        lambda: lifecycle.nack_on_loop(
+            lifecycle.NackItem(first["id"], "boom again", lease_token=second["lease_token"]), worker_id="w-loop"
+        )
+    )
+
+    assert dead is not None and dead["status"] == "dead"  # 1 + max_retries attempts failed
+    assert Task.objects.get(id=first["id"]).status == "dead"
+    bell = listener.get_message(timeout=5)  # a producer waiting on the result hears of it
+    listener.close()
+    assert bell is not None and bell["type"] == "message"
+    moves = [line["to_status"] for line in stdout_log() if line.get("task_id") == str(first["id"])]
+    assert moves[-1] == "dead" and "retry" in moves
+
+
+def test_a_nack_without_retry_or_releasing_an_unstarted_task(stdout_log):
+    queue, claimed = _claimed_one("loop-nack-kinds")
+    _enqueue(queue, 1)
+    (other,) = _claim(queue, "w-loop", 1)
+
+    async def both() -> list[lifecycle.Row | None]:
+        return [
+            await lifecycle.nack_on_loop(
+                lifecycle.NackItem(claimed["id"], "bad input", lease_token=claimed["lease_token"], retry=False),
+                worker_id="w-loop",
+            ),
+            await lifecycle.nack_on_loop(
+                lifecycle.NackItem(
+                    other["id"], "shutting down", lease_token=other["lease_token"], retry_after_seconds=0, release=True
+                ),
+                worker_id="w-loop",
+            ),
+        ]
+
+    gave_up, released = run(both)
+    assert gave_up is not None and gave_up["status"] == "dead"
+    assert released is not None and released["status"] == "retry"
+    assert Task.objects.get(id=other["id"]).attempts == 0  # handed back unstarted: no attempt used up
+
+
 def test_moves_on_a_lease_not_held_change_nothing_and_are_left_to_the_thread_path():
     """None from the loop; the thread path then answers as it always did (a 409, or a repeated ack's 200)."""
     _, claimed = _claimed_one("loop-not-held")
@@ -218,9 +281,12 @@ def test_moves_on_a_lease_not_held_change_nothing_and_are_left_to_the_thread_pat
         return [
             await lifecycle.heartbeat_on_loop(claimed["id"], **lease, progress=None),
             await lifecycle.ack_on_loop(claimed["id"], **lease, result=None),
+            await lifecycle.nack_on_loop(
+                lifecycle.NackItem(claimed["id"], "x", lease_token=lease["lease_token"]), worker_id=lease["worker_id"]
+            ),
         ]
 
-    assert run(wrong_token) == [None, None]
+    assert run(wrong_token) == [None, None, None]
     assert Task.objects.get(id=claimed["id"]).status == "claimed"
     with pytest.raises(LeaseLost):
         lifecycle.ack(claimed["id"], **lease)
@@ -352,3 +418,34 @@ def test_a_warm_ack_runs_on_the_loop_without_the_workers_controls_read(monkeypat
     assert edge.call("worker-heartbeat", without_controls())[1]["status"] == "executing"
     assert edge.in_threads[before:] == ["worker-heartbeat"]  # its answer carries the control: the thread pool's
     assert _until_on_the_loop(edge, "worker-ack", without_controls)[1]["status"] == "done"
+
+
+def test_a_warm_nack_runs_on_the_loop_and_one_on_a_lease_not_held_is_the_thread_pools_409(monkeypatch):
+    watch = change_watch.current()
+    assert watch is not None and watch.wait_listening(10)
+    monkeypatch.setattr(registry, "SEEN_RESOLUTION_SECONDS", 600.0)
+    queue = QueueFactory(name="loop-nack-routed")
+    _enqueue(queue, 25)
+    _, raw = create_key("loop-nack-routed", "worker")
+    edge = Routed(raw)
+    claim = {"worker_id": "w-failing", "queue": queue.name, "max_tasks": 1}
+    leases = iter(
+        [
+            {"worker_id": "w-failing", "task_id": task["id"], "lease_token": task["lease_token"], "error": "boom"}
+            for task in (edge.call("worker-claim", claim)[1]["tasks"][0] for _ in range(20))
+        ]
+    )
+    status, first = edge.call("worker-nack", next(leases))  # "last seen" written: warm from here on
+    assert status == 200 and first["status"] == "retry"
+
+    status, answer = _until_on_the_loop(edge, "worker-nack", lambda: next(leases))
+    assert status == 200 and answer["status"] == "retry" and answer["last_error"] == "boom"
+    assert answer["queue"] == queue.name  # the same answer as the thread pool's: the task
+    assert Task.objects.get(id=answer["id"]).status == "retry"
+
+    lost = {**next(leases), "lease_token": "nope"}
+    before = len(edge.in_threads)
+    with pytest.raises(LeaseLost):  # the edge answers it as the contract's 409
+        edge.call("worker-nack", lost)
+    assert edge.in_threads[before:] == ["worker-nack"]  # the loop's lock found nothing: the thread pool said why
+    assert Task.objects.get(id=lost["task_id"]).status == "claimed"
