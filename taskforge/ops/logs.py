@@ -31,10 +31,28 @@ logging.logMultiprocessing = False
 logging.logAsyncioTasks = False  # type: ignore[attr-defined]  # Python 3.12+, not in the stubs yet
 
 
+# The whole second last stamped and its text up to the milliseconds: a busy process writes many
+# lines a second, and building the date for each took 3.5 us of the 0.6 a line takes now.
+_second_stamped: tuple[int, str] = (-1, "")
+
+
 def _iso_utc(record: logging.LogRecord) -> str:
-    """ISO 8601 in UTC with milliseconds: sorts as text, and lines from several processes interleave right."""
-    moment = datetime.fromtimestamp(record.created, tz=UTC)
-    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
+    """ISO 8601 in UTC with milliseconds: sorts as text, and lines from several processes interleave right.
+
+    The same text as ``datetime.fromtimestamp(created, UTC)`` would give
+    (microseconds rounded half to even, as it rounds them).
+    """
+    global _second_stamped
+    second, fraction = divmod(record.created, 1.0)
+    whole = int(second)
+    micro = round(fraction * 1e6)
+    if micro >= 1_000_000:  # rounded up into the next second
+        whole, micro = whole + 1, micro - 1_000_000
+    stamped, text = _second_stamped
+    if stamped != whole:
+        text = datetime.fromtimestamp(whole, tz=UTC).strftime("%Y-%m-%dT%H:%M:%S.")
+        _second_stamped = (whole, text)
+    return f"{text}{micro // 1000:03d}Z"
 
 
 Batch = list[tuple[str, dict[str, Any]]]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import logging.config
+from datetime import UTC, datetime
 
 import pytest
 from django.conf import settings
@@ -111,3 +112,23 @@ def test_log_batch_emits_nothing_for_an_empty_batch_or_a_disabled_level(collecte
     log_batch(logger, logging.INFO, [])
     log_batch(logger, logging.DEBUG, [("a", {})])
     assert records == []
+
+
+@pytest.mark.parametrize(
+    "created",
+    [
+        CREATED,
+        1_700_000_000.9999996,  # rounds up into the next second
+        1_700_000_000.0000004,
+        1_699_999_999.9995,
+        1_700_000_059.9999999,  # and into the next minute
+        *(1_700_000_000 + n * 7_919.000_123_7 for n in range(50)),
+    ],
+)
+def test_a_lines_stamp_is_what_datetime_makes_of_its_time_to_the_millisecond(created):
+    """The stamp reuses the date and time up to the second from the line before: every line still says its own."""
+    moment = datetime.fromtimestamp(created, tz=UTC)
+    expected = moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
+    made = record("x")
+    made.created = created
+    assert json.loads(formatter_from_settings("json").format(made))["ts"] == expected
