@@ -20,17 +20,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from rest_framework.serializers import Serializer
-
 from queues import lifecycle
-from queues.api.inputs import validated
 from queues.apikeys import authorize
 from queues.dispatch import claiming
 from taskforge.http.lean import Answer, InThread, LeanCall, Route
 from taskforge.infra import rowcache
 from taskforge.infra.postgres import aio
 from workers import controls, longpoll, registry
-from workers.inputs import AckSerializer, HeartbeatSerializer, NackSerializer
+from workers.inputs import AckSerializer, HeartbeatSerializer, LeaseItemSerializer, NackSerializer, validate_lease_call
 from workers.views import (
     ReadBody,
     ack_one,
@@ -99,7 +96,7 @@ async def _claim_on_loop(call: LeanCall, kind: str) -> Answer | longpoll.WaitFor
 
 
 def _warm(
-    call: LeanCall, serializer: type[Serializer], *, with_control: bool, **seen: bool
+    call: LeanCall, serializer: type[LeaseItemSerializer], *, with_control: bool, **seen: bool
 ) -> tuple[dict[str, Any], str | None] | None:
     """A heartbeat's or ack's fields (and, ``with_control``, the worker's control) when it can run on the event loop.
 
@@ -112,7 +109,7 @@ def _warm(
     try:
         with rowcache.cached_only():
             authorize(call.authorization, call.view_class, call.method)
-            fields = validated(serializer, call.json())
+            fields = validate_lease_call(serializer, call.json())
             control = controls.control_for(fields["worker_id"]) if with_control else None
     except rowcache.NotCached:
         return None

@@ -30,6 +30,7 @@ from workers.inputs import (
     HeartbeatSerializer,
     NackBatchSerializer,
     NackSerializer,
+    validate_lease_call,
 )
 from workers.longpoll import LongPollView
 
@@ -103,7 +104,7 @@ def claim_outcome(
 
 def heartbeat_one(read_body: ReadBody) -> Answer:
     """``POST /workers/heartbeat``."""
-    fields = validated(HeartbeatSerializer, read_body())
+    fields = validate_lease_call(HeartbeatSerializer, read_body())
     registry.seen(fields["worker_id"], heartbeat=True)
     row = lifecycle.heartbeat(
         fields["task_id"], worker_id=fields["worker_id"], lease_token=fields["lease_token"], progress=fields["progress"]
@@ -127,7 +128,7 @@ def heartbeat_answer(row: dict[str, Any], control: str | None) -> Answer:
 
 def ack_one(read_body: ReadBody) -> Answer:
     """``POST /workers/ack``."""
-    fields = validated(AckSerializer, read_body())
+    fields = validate_lease_call(AckSerializer, read_body())
     registry.seen(fields["worker_id"])
     row = lifecycle.ack(
         fields["task_id"],
@@ -148,7 +149,7 @@ def nacked(row: dict[str, Any]) -> Answer:
 
 def nack_one(read_body: ReadBody) -> Answer:
     """``POST /workers/nack``."""
-    fields = validated(NackSerializer, read_body())
+    fields = validate_lease_call(NackSerializer, read_body())
     registry.seen(fields["worker_id"])
     row = lifecycle.nack(
         fields["task_id"],

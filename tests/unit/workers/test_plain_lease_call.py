@@ -1,0 +1,91 @@
+"""The heartbeat, ack and nack fast path agrees with their serializers on every body it accepts, and leaves
+the rest to them."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from workers.inputs import (
+    AckSerializer,
+    HeartbeatSerializer,
+    NackSerializer,
+    plain_lease_call,
+    validate_lease_call,
+)
+
+TASK = "0b5d3c8e-6f0a-4a57-9d2e-3f1c2b4a5e6f"
+WORKER_IDS = ["w-1", "", " w ", "w" * 200, "w" * 201, "wörker", "a\x00b", 7, None]
+TASK_IDS = [TASK, TASK.upper(), TASK.replace("-", ""), "{" + TASK + "}", TASK[:-1] + "g", 1, None]
+TOKENS = [..., None, "tok", "", "  ", " tok", "t" * 64, "t" * 65, "tök", 5]
+RESULTS = [..., None, {}, {"ok": True}, [], "done", 1]
+PROGRESS = [..., None, {}, {"step": 1}, {"blob": "x" * 5000}, [], 3]
+ERRORS = [..., "boom", "", "e" * 65536, "e" * 65537, "fehler ü", "a\x00b", None, 1]
+RETRIES = [..., True, False, 1, None]
+DELAYS = [..., None, 0, 2_592_000, 2_592_001, -1, True, 1.0]
+RELEASES = [..., False, True, 0]
+EXTRAS: list[dict[str, Any]] = [{}, {"unknown": 1}]
+
+
+def _with(body: dict[str, Any], **fields: Any) -> dict[str, Any]:
+    return {**body, **{name: value for name, value in fields.items() if value is not ...}}
+
+
+def _leases() -> Iterator[dict[str, Any]]:
+    for worker_id, task_id, token in itertools.product(WORKER_IDS, TASK_IDS, TOKENS):
+        yield _with({"worker_id": worker_id, "task_id": task_id}, lease_token=token)
+
+
+def _bodies(serializer_class: type) -> Iterator[dict[str, Any]]:
+    plain = {"worker_id": "w-1", "task_id": TASK, "lease_token": "tok"}
+    for extra in EXTRAS:
+        for lease in _leases():
+            yield {**lease, **extra}
+    if serializer_class is AckSerializer:
+        for result in RESULTS:
+            yield _with(plain, result=result)
+    elif serializer_class is HeartbeatSerializer:
+        for progress in PROGRESS:
+            yield _with(plain, progress=progress)
+    else:
+        for error, retry, delay, release in itertools.product(ERRORS, RETRIES, DELAYS, RELEASES):
+            yield _with(plain, error=error, retry=retry, retry_after_seconds=delay, release=release)
+    yield {}
+    yield []  # type: ignore[misc]
+
+
+@pytest.mark.parametrize("require_token", [False, True])
+@pytest.mark.parametrize("serializer_class", [HeartbeatSerializer, AckSerializer, NackSerializer])
+def test_the_fast_path_never_disagrees_with_the_serializer(serializer_class, require_token, settings):
+    settings.TASKFORGE_REQUIRE_LEASE_TOKEN = require_token
+    accepted = 0
+    for body in _bodies(serializer_class):
+        quick = plain_lease_call(serializer_class, body)
+        if quick is None:
+            continue  # left to the serializer, which decides alone
+        accepted += 1
+        serializer = serializer_class(data=body)
+        assert serializer.is_valid(), (body, serializer.errors)
+        assert quick == dict(serializer.validated_data), body
+    assert accepted > 5  # the common shapes do take the fast path
+
+
+@pytest.mark.parametrize(
+    ("serializer_class", "body"),
+    [
+        (AckSerializer, {"worker_id": "w", "task_id": TASK, "lease_token": " tok "}),  # DRF trims it: its call
+        (AckSerializer, {"worker_id": "w", "task_id": TASK, "result": []}),
+        (HeartbeatSerializer, {"worker_id": "w", "task_id": TASK, "progress": {"blob": "x" * 5000}}),
+        (NackSerializer, {"worker_id": "w", "task_id": TASK, "error": "e", "release": True, "retry": False}),
+        (NackSerializer, {"worker_id": "w", "task_id": TASK, "error": ""}),
+        (NackSerializer, {"worker_id": "w", "task_id": TASK}),
+    ],
+)
+def test_bodies_the_fast_path_leaves_are_the_serializers_to_judge(serializer_class, body):
+    assert plain_lease_call(serializer_class, body) is None
+    serializer = serializer_class(data=body)
+    if serializer.is_valid():
+        assert validate_lease_call(serializer_class, body) == dict(serializer.validated_data)
