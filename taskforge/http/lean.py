@@ -132,16 +132,6 @@ class Route:
         object.__setattr__(self, "allow_header", ", ".join(view.allowed_methods).encode())
 
 
-def in_thread_handler(work: Callable[[LeanCall], Answer]) -> Handler:
-    """The handler of a route whose whole work is one synchronous call."""
-
-    async def handler(call: LeanCall, in_thread: InThread[Any]) -> Answer | None:
-        answer: Answer = await in_thread(lambda: work(call))
-        return answer
-
-    return handler
-
-
 def _django_headers(secure: bool) -> list[tuple[bytes, bytes]]:
     """The headers Django's middleware adds to every API answer, as its own middleware computes them."""
     request = HttpRequest()
