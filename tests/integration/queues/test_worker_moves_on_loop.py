@@ -13,7 +13,7 @@ import asyncio
 import threading
 import uuid
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import orjson
@@ -391,22 +391,28 @@ def test_warm_calls_run_on_the_loop_and_cold_or_refused_ones_on_the_thread_pool(
     assert Task.objects.get(id=three["id"]).status == "claimed"
 
 
-def test_a_warm_ack_runs_on_the_loop_without_the_workers_controls_read(monkeypatch):
-    """An ack's answer carries no control: with the controls' copy dropped it stays on the loop, a heartbeat not."""
+def _leases_held(name: str, worker_id: str, monkeypatch: Any) -> tuple[Queue, Routed, Iterator[dict[str, Any]]]:
+    """A queue ``name`` and its key, the edge, and the leases of 25 tasks ``worker_id`` claimed through it, one each.
+
+    The copies are trusted only while the change watch listens, and the worker's "last seen" is
+    not due again during the test once written.
+    """
     watch = change_watch.current()
     assert watch is not None and watch.wait_listening(10)
     monkeypatch.setattr(registry, "SEEN_RESOLUTION_SECONDS", 600.0)
-    queue = QueueFactory(name="loop-uncontrolled")
-    _enqueue(queue, 30)
-    _, raw = create_key("loop-uncontrolled", "worker")
+    queue = QueueFactory(name=name)
+    _enqueue(queue, 25)
+    _, raw = create_key(name, "worker")
     edge = Routed(raw)
-    claim = {"worker_id": "w-free", "queue": queue.name, "max_tasks": 1}
-    leases = iter(
-        [
-            {"worker_id": "w-free", "task_id": task["id"], "lease_token": task["lease_token"]}
-            for task in (edge.call("worker-claim", claim)[1]["tasks"][0] for _ in range(25))
-        ]
-    )
+    claim = {"worker_id": worker_id, "queue": queue.name, "max_tasks": 1}
+    claimed = [edge.call("worker-claim", claim)[1]["tasks"][0] for _ in range(25)]
+    leases = [{"worker_id": worker_id, "task_id": task["id"], "lease_token": task["lease_token"]} for task in claimed]
+    return queue, edge, iter(leases)
+
+
+def test_a_warm_ack_runs_on_the_loop_without_the_workers_controls_read(monkeypatch):
+    """An ack's answer carries no control: with the controls' copy dropped it stays on the loop, a heartbeat not."""
+    _, edge, leases = _leases_held("loop-uncontrolled", "w-free", monkeypatch)
     edge.call("worker-heartbeat", next(leases))  # "last seen" of each kind written: warm from here on
     edge.call("worker-ack", next(leases))
 
@@ -421,20 +427,8 @@ def test_a_warm_ack_runs_on_the_loop_without_the_workers_controls_read(monkeypat
 
 
 def test_a_warm_nack_runs_on_the_loop_and_one_on_a_lease_not_held_is_the_thread_pools_409(monkeypatch):
-    watch = change_watch.current()
-    assert watch is not None and watch.wait_listening(10)
-    monkeypatch.setattr(registry, "SEEN_RESOLUTION_SECONDS", 600.0)
-    queue = QueueFactory(name="loop-nack-routed")
-    _enqueue(queue, 25)
-    _, raw = create_key("loop-nack-routed", "worker")
-    edge = Routed(raw)
-    claim = {"worker_id": "w-failing", "queue": queue.name, "max_tasks": 1}
-    leases = iter(
-        [
-            {"worker_id": "w-failing", "task_id": task["id"], "lease_token": task["lease_token"], "error": "boom"}
-            for task in (edge.call("worker-claim", claim)[1]["tasks"][0] for _ in range(20))
-        ]
-    )
+    queue, edge, held = _leases_held("loop-nack-routed", "w-failing", monkeypatch)
+    leases = ({**lease, "error": "boom"} for lease in held)
     status, first = edge.call("worker-nack", next(leases))  # "last seen" written: warm from here on
     assert status == 200 and first["status"] == "retry"
 
