@@ -13,7 +13,6 @@ from rest_framework.views import APIView
 
 from queues import lifecycle
 from queues.api import outputs
-from queues.api.inputs import validated
 from queues.api.lookups import queue_or_404
 from queues.apikeys import Role
 from queues.dispatch import claiming
@@ -26,10 +25,10 @@ from workers import controls, longpoll, openapi, registry
 from workers.inputs import (
     AckBatchSerializer,
     AckSerializer,
-    ClaimSerializer,
     HeartbeatSerializer,
     NackBatchSerializer,
     NackSerializer,
+    validate_claim,
     validate_lease_call,
 )
 from workers.longpoll import LongPollView
@@ -81,7 +80,7 @@ def claim_once(read_body: ReadBody, attempt: str | None) -> Answer | longpoll.Wa
 
 def claim_request(read_body: ReadBody) -> tuple[dict[str, Any], Queue | None]:
     """A claim's fields and its queue (None: every queue), refused as :func:`claim_once` refuses them."""
-    fields = validated(ClaimSerializer, read_body())
+    fields = validate_claim(read_body())
     queue = queue_or_404(fields["queue"]) if fields["queue"] is not None else None
     if queue is not None and queue.push is not None:
         raise PushQueueNotClaimable(queue.name)

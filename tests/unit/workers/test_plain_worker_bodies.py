@@ -1,5 +1,5 @@
-"""The heartbeat, ack and nack fast path agrees with their serializers on every body it accepts, and leaves
-the rest to them."""
+"""The claim, heartbeat, ack and nack fast paths agree with their serializers on every body they accept, and
+leave the rest to them."""
 
 from __future__ import annotations
 
@@ -11,8 +11,10 @@ import pytest
 
 from workers.inputs import (
     AckSerializer,
+    ClaimSerializer,
     HeartbeatSerializer,
     NackSerializer,
+    plain_claim,
     plain_lease_call,
     validate_lease_call,
 )
@@ -89,3 +91,23 @@ def test_bodies_the_fast_path_leaves_are_the_serializers_to_judge(serializer_cla
     serializer = serializer_class(data=body)
     if serializer.is_valid():
         assert validate_lease_call(serializer_class, body) == dict(serializer.validated_data)
+
+
+QUEUES = [..., None, "q", "", " q", "q" * 200, "q" * 201, "очередь", 3]
+MAX_TASKS = [..., 1, 10, 100, 0, 101, True, 1.0, "1", None]
+WAITS = [..., 0, 30, 31, -1, False, 5.0, None]
+
+
+def test_the_claims_fast_path_never_disagrees_with_the_serializer():
+    accepted = 0
+    for worker_id, queue, max_tasks, wait, extra in itertools.product(WORKER_IDS, QUEUES, MAX_TASKS, WAITS, EXTRAS):
+        body = _with({"worker_id": worker_id, **extra}, queue=queue, max_tasks=max_tasks, wait_seconds=wait)
+        quick = plain_claim(body)
+        if quick is None:
+            continue
+        accepted += 1
+        serializer = ClaimSerializer(data=body)
+        assert serializer.is_valid(), (body, serializer.errors)
+        assert quick == dict(serializer.validated_data), body
+    assert accepted > 100
+    assert plain_claim([]) is None and plain_claim({}) is None
