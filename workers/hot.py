@@ -31,15 +31,15 @@ from workers.inputs import AckSerializer, HeartbeatSerializer, LeaseItemSerializ
 from workers.views import (
     ReadBody,
     ack_one,
-    acked,
     claim_once,
     claim_outcome,
     claim_request,
     controlled,
     heartbeat_answer,
     heartbeat_one,
+    nack_item_of,
     nack_one,
-    nacked,
+    task_answer,
 )
 
 #: The largest claim the event loop serves itself. A claim's rows, log lines and answer are CPU the
@@ -98,11 +98,11 @@ async def _claim_on_loop(call: LeanCall, kind: str) -> Answer | longpoll.WaitFor
 def _warm(
     call: LeanCall, serializer: type[LeaseItemSerializer], *, with_control: bool, **seen: bool
 ) -> tuple[dict[str, Any], str | None] | None:
-    """A heartbeat's or ack's fields (and, ``with_control``, the worker's control) when it can run on the event loop.
+    """A heartbeat's, ack's or nack's fields (and, ``with_control``, the worker's control) when it can run on the loop.
 
     None when it belongs on the thread pool: no loop pool, a key or control
     this process has not read yet, or the worker's "last seen" row due. An
-    ack's answer carries no control, so it does not look one up.
+    ack's or nack's answer carries no control, so it does not look one up.
     """
     if not aio.enabled():
         return None
@@ -140,17 +140,9 @@ async def _nack(call: LeanCall, in_thread: InThread[Any]) -> Answer:
     warm = _warm(call, NackSerializer, with_control=False)
     if warm is not None:
         fields, _ = warm
-        item = lifecycle.NackItem(
-            fields["task_id"],
-            fields["error"],
-            lease_token=fields["lease_token"],
-            retry=fields["retry"],
-            retry_after_seconds=fields["retry_after_seconds"],
-            release=fields["release"],
-        )
-        row = await lifecycle.nack_on_loop(item, worker_id=fields["worker_id"])
+        row = await lifecycle.nack_on_loop(nack_item_of(fields), worker_id=fields["worker_id"])
         if row is not None:
-            return nacked(row)
+            return task_answer(row)
     answer: Answer = await in_thread(lambda: _authorized(nack_one)(call))
     return answer
 
@@ -164,7 +156,7 @@ async def _ack(call: LeanCall, in_thread: InThread[Any]) -> Answer:
             fields["task_id"], worker_id=fields["worker_id"], lease_token=fields["lease_token"], result=fields["result"]
         )
         if row is not None:
-            return acked(row)
+            return task_answer(row)
     answer: Answer = await in_thread(lambda: _authorized(ack_one)(call))
     return answer
 

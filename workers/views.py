@@ -135,14 +135,11 @@ def ack_one(read_body: ReadBody) -> Answer:
         lease_token=fields["lease_token"],
         result=fields["result"],
     )
-    return acked(row)
+    return task_answer(row)
 
 
-def acked(row: dict[str, Any]) -> Answer:
-    return 200, _task(row)
-
-
-def nacked(row: dict[str, Any]) -> Answer:
+def task_answer(row: dict[str, Any]) -> Answer:
+    """An ack's or a nack's answer: the task as the move left it."""
     return 200, _task(row)
 
 
@@ -150,16 +147,19 @@ def nack_one(read_body: ReadBody) -> Answer:
     """``POST /workers/nack``."""
     fields = validate_lease_call(NackSerializer, read_body())
     registry.seen(fields["worker_id"])
-    row = lifecycle.nack(
+    return task_answer(lifecycle.nack_item(nack_item_of(fields), worker_id=fields["worker_id"]))
+
+
+def nack_item_of(fields: dict[str, Any]) -> lifecycle.NackItem:
+    """The move a nack's validated fields ask for."""
+    return lifecycle.NackItem(
         fields["task_id"],
-        worker_id=fields["worker_id"],
-        error=fields["error"],
+        fields["error"],
         lease_token=fields["lease_token"],
         retry=fields["retry"],
         retry_after_seconds=fields["retry_after_seconds"],
         release=fields["release"],
     )
-    return nacked(row)
 
 
 @openapi.claim_schema

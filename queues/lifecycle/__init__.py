@@ -50,6 +50,7 @@ from queues.lifecycle.lease import (
     expire_leases,
     heartbeat,
     nack,
+    nack_item,
     nack_many,
 )
 from queues.lifecycle.lease_on_loop import ack_on_loop, claim_on_loop, heartbeat_on_loop, nack_on_loop
@@ -98,6 +99,7 @@ __all__ = [
     "heartbeat",
     "heartbeat_on_loop",
     "nack",
+    "nack_item",
     "nack_many",
     "nack_on_loop",
     "promote_due",

@@ -244,7 +244,12 @@ def nack(
     retry_after_seconds: int | None = None,
     release: bool = False,
 ) -> Row:
-    (outcome,) = nack_many(worker_id, [NackItem(task_id, error, lease_token, retry, retry_after_seconds, release)])
+    return nack_item(NackItem(task_id, error, lease_token, retry, retry_after_seconds, release), worker_id=worker_id)
+
+
+def nack_item(item: NackItem, *, worker_id: str) -> Row:
+    """:func:`nack` of one :class:`NackItem` (as ``lease_on_loop.nack_on_loop`` takes it); raises its domain error."""
+    (outcome,) = nack_many(worker_id, [item])
     if isinstance(outcome, Exception):
         raise outcome
     return outcome

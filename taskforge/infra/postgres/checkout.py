@@ -18,7 +18,8 @@ hold:
 Otherwise the empty query goes as before, and a dead connection found makes
 its pool check all the others (``base``, ``aio``). What only the round trip
 caught, and now costs one call instead: a backend terminated in the
-microseconds before the checkout that has not written its goodbye yet. Its
+moments before the checkout that has not acted on it yet (a few
+milliseconds on a busy two-core host, when it has not been scheduled). Its
 statement fails as one whose backend is terminated while it runs (503,
 connection discarded, ``taskforge.http.errors.connection_lost``), which is
 the same window the empty query always left between itself and the

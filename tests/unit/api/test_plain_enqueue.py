@@ -7,6 +7,7 @@ import itertools
 import pytest
 
 from queues.api.inputs import EnqueueSerializer, plain_enqueue
+from tests.unit.shortcuts import agreeing
 
 PAYLOADS = [{}, {"n": 1}, [], "x", None, 1]
 PRIORITIES = [..., 1, 5, 10, 0, 11, True, 5.0, "5", None]
@@ -28,16 +29,7 @@ def _bodies():
 
 
 def test_the_fast_path_never_disagrees_with_the_serializer():
-    accepted = 0
-    for body in _bodies():
-        quick = plain_enqueue(body)
-        if quick is None:
-            continue  # left to the serializer, which decides alone
-        accepted += 1
-        serializer = EnqueueSerializer(data=body)
-        assert serializer.is_valid(), (body, serializer.errors)
-        assert quick == dict(serializer.validated_data), body
-    assert accepted > 100  # the common shapes do take the fast path
+    assert agreeing(plain_enqueue, EnqueueSerializer, _bodies()) > 100  # the common shapes do take the fast path
 
 
 @pytest.mark.parametrize(
