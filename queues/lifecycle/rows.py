@@ -58,8 +58,7 @@ async def fetch_rows_on(conn: psycopg.AsyncConnection[Any], sql: str, params: Ma
     The same statement, parameters, preparing and rows; errors come as
     Django's database errors, as from Django's connection.
     """
-    cursor = conn.cursor()
-    _load_timestamps_fast(cursor)
+    cursor = _own_cursor(conn, conn.cursor)
     with connection.wrap_database_errors:
         # Prepared as on Django's connections; behind PgBouncer (no threshold) never.
         await cursor.execute(sql, literal_arrays(dict(params)), prepare=conn.prepare_threshold is not None or None)
@@ -146,8 +145,7 @@ def _execute(wrapper: Any, sql: str, params: Mapping[str, Any] | Sequence[Any]) 
         _load_timestamps_fast(wrapper.cursor)
         wrapper.execute(sql, params)
         return wrapper.cursor
-    cursor = psycopg.Cursor(raw)
-    _load_timestamps_fast(cursor)
+    cursor = _own_cursor(raw, lambda: psycopg.Cursor(raw))
 
     def execute(sql: str, params: Any, many: bool, context: dict[str, Any]) -> None:
         with connection.wrap_database_errors:
@@ -156,6 +154,26 @@ def _execute(wrapper: Any, sql: str, params: Mapping[str, Any] | Sequence[Any]) 
     for outer in reversed(connection.execute_wrappers):
         execute = functools.partial(outer, execute)
     execute(sql, params, False, {"connection": connection, "cursor": wrapper})
+    return cursor
+
+
+def _own_cursor(conn: Any, new_cursor: Callable[[], Any]) -> Any:
+    """The lifecycle's cursor on ``conn``, made by ``new_cursor`` the first time and kept with it.
+
+    A new cursor builds its own adapters (a copy of the connection's, to take
+    the fast timestamp loader) and its own transformer: about 50 µs of the
+    170 µs of CPU a single enqueue's statement cost on the event loop (2,000
+    in a row, alternating, one process). A psycopg cursor runs any number of
+    statements one after another, also after one that failed, and a
+    connection serves one caller at a time (a pool's, or a thread's own), so
+    one per connection serves every statement run on it; it goes with its
+    connection.
+    """
+    cursor = getattr(conn, "_taskforge_cursor", None)
+    if cursor is None:
+        cursor = new_cursor()
+        _load_timestamps_fast(cursor)
+        conn._taskforge_cursor = cursor
     return cursor
 
 

@@ -12,12 +12,15 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from django.db import connection
+from django.db import DataError, connection, transaction
 from django.test.utils import CaptureQueriesContext
 
 from queues import lifecycle
 from queues.lifecycle.produce import NewTask
+from queues.lifecycle.rows import Row, fetch_rows, fetch_rows_on
 from queues.models import Queue
+from taskforge.infra.postgres import aio
+from tests.integration.queues.loop import run
 
 pytestmark = pytest.mark.django_db
 
@@ -93,3 +96,26 @@ def test_execute_wrappers_see_every_statement(queue: Queue) -> None:
     assert any("INSERT INTO tf_task " in sql for sql in seen)
     # ... and the statement still ran prepared.
     assert sum(row["runs"] for row in prepared_inserts()) == runs_before + 1
+
+
+def test_statements_one_after_another_on_a_connection_each_answer_with_their_own_rows() -> None:
+    # Each connection keeps one cursor for the lifecycle's statements: a statement that failed
+    # between two others leaves nothing behind for the next, on the threads or the event loop.
+    listed = "SELECT unnest(%(ns)s::int[]) AS n"
+    assert fetch_rows(listed, {"ns": [1, 2]}) == [{"n": 1}, {"n": 2}]
+    with pytest.raises(DataError), transaction.atomic():  # a savepoint: the test runs in a transaction
+        fetch_rows("SELECT 1 / %(zero)s AS n", {"zero": 0})
+    assert fetch_rows("SELECT %(n)s::int AS n", {"n": 7}) == [{"n": 7}]
+    assert fetch_rows(listed, {"ns": [3]}) == [{"n": 3}]
+
+    async def on_one_connection() -> list[list[Row]]:
+        pool = await aio.pool()
+        async with pool.connection() as conn:
+            answers = [await fetch_rows_on(conn, listed, {"ns": [1, 2]})]
+            with pytest.raises(DataError):
+                await fetch_rows_on(conn, "SELECT 1 / %(zero)s AS n", {"zero": 0})
+            answers.append(await fetch_rows_on(conn, "SELECT %(n)s::int AS n", {"n": 7}))
+            answers.append(await fetch_rows_on(conn, listed, {"ns": [3]}))
+            return answers
+
+    assert run(on_one_connection) == [[{"n": 1}, {"n": 2}], [{"n": 7}], [{"n": 3}]]
