@@ -22,6 +22,7 @@ from rest_framework.test import APIClient
 
 import taskforge.infra.redis
 from queues.apikeys import create_key
+from queues.dispatch import outage
 from queues.models import ApiKey
 from queues.telemetry import counters
 from taskforge.infra import change_watch, rowcache
@@ -76,6 +77,7 @@ def redis_at(url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     cache_location.enable()
     client = taskforge.infra.redis.redis_client()
     counters.forget_pending()  # deferred increments of the last test belong to its flushed database
+    outage.forget_outage()  # a dead Redis an earlier test pointed at is not this one
     client.flushdb()  # on a Cluster: every primary
     rowcache.clear_all()  # copies tagged with the old generation would outlive the flush
     registry.forget_writes()
@@ -86,6 +88,7 @@ def redis_at(url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
         yield
     finally:
         counters.forget_pending()
+        outage.forget_outage()
         client.flushdb()
         rowcache.clear_all()
         registry.forget_writes()

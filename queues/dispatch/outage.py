@@ -26,3 +26,10 @@ def redis_failed(exc: Exception, doing: str) -> None:
     global _redis_down_until
     _redis_down_until = time.monotonic() + REDIS_BACKOFF_SECONDS
     logger.warning("redis unavailable while %s: %s", doing, exc, extra={"event": "dispatch.redis_down"})
+
+
+def forget_outage() -> None:
+    """Treat Redis as usable again at once (tests that point the process at another Redis:
+    an outage remembered from a dead one must not skip the next test's lanes and bells)."""
+    global _redis_down_until
+    _redis_down_until = 0.0
