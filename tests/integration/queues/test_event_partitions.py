@@ -25,6 +25,7 @@ from queues.partitions import catalog, layout, maintain
 from queues.partitions.layout import DAY, DAYS_AHEAD, EXTEND_WITHIN_DAYS, day_start
 from taskforge.infra.clock import database_now
 from tests.factories import QueueFactory, TaskFactory
+from tests.integration.queues.connections import dsn_of_the_test_database
 
 SCRATCH = "tf_scratch_event"
 
@@ -141,7 +142,7 @@ def test_a_round_that_detaches_and_drops_partitions_never_fails_an_insert(scratc
 
     def write() -> None:
         nonlocal written
-        with psycopg.connect(_dsn(), autocommit=True, prepare_threshold=0) as writer:
+        with psycopg.connect(dsn_of_the_test_database(), autocommit=True, prepare_threshold=0) as writer:
             while not stop.is_set():
                 try:
                     writer.execute(
@@ -222,7 +223,7 @@ def test_what_an_interrupted_round_left_is_cleaned_up_without_losing_a_kept_row(
     partitions = partitions_of(scratch)
     expired = partitions[0]
     # A detach that timed out waiting for a transaction using the table: left pending.
-    with psycopg.connect(_dsn()) as reader:
+    with psycopg.connect(dsn_of_the_test_database()) as reader:
         reader.execute(f"SELECT count(*) FROM {scratch}")
         with pytest.raises(Exception, match="lock timeout"), connection.cursor() as cursor:
             cursor.execute("SET lock_timeout = '200ms'")
@@ -248,11 +249,3 @@ def test_what_an_interrupted_round_left_is_cleaned_up_without_losing_a_kept_row(
     assert catalog.read(scratch).unattached == [f"{scratch}_archive"]
     assert now - 9 * DAY not in events_at(scratch)
     assert_covers_from_oldest_to_forever(scratch)
-
-
-def _dsn() -> str:
-    """The test database, for a connection of its own."""
-    db = connection.settings_dict
-    return psycopg.conninfo.make_conninfo(
-        host=db["HOST"], port=db["PORT"] or 5432, dbname=db["NAME"], user=db["USER"], password=db["PASSWORD"]
-    )
