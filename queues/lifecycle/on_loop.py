@@ -24,7 +24,6 @@ failed alone.
 from __future__ import annotations
 
 import asyncio
-import uuid
 from collections.abc import Sequence
 
 from django.db import IntegrityError
@@ -34,6 +33,7 @@ from queues.dispatch import announce
 from queues.errors import QueueNotFound
 from queues.lifecycle import statements
 from queues.lifecycle.grouped import GroupKey, group_key
+from queues.lifecycle.ids import new_task_ids
 from queues.lifecycle.produce import NewTask, enqueue_params
 from queues.lifecycle.rows import Row, fetch_rows_on_loop
 from queues.models import Queue
@@ -101,7 +101,7 @@ async def _run(queue: Queue, key: GroupKey, group: Sequence[_Waiter]) -> None:
 
 async def _insert(queue: Queue, tasks: list[NewTask]) -> list[Row]:
     """The statement, then the failpoint a committed enqueue passes: the rows, in order."""
-    ids = [uuid.uuid4() for _ in tasks]
+    ids = new_task_ids(len(tasks))
     try:
         inserted = await fetch_rows_on_loop(statements.ENQUEUE, enqueue_params(queue, tasks, ids))
     except IntegrityError as exc:

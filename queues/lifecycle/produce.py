@@ -17,6 +17,7 @@ from psycopg.types.json import Jsonb
 from queues.dispatch import announce
 from queues.errors import IdempotencyConflict, QueueNotFound
 from queues.lifecycle import statements
+from queues.lifecycle.ids import new_task_ids
 from queues.lifecycle.notify import report_on_commit
 from queues.lifecycle.rows import Row, dumps_json, fetch_rows, lone_statement
 from queues.models import Queue
@@ -85,7 +86,7 @@ def enqueue_params(queue: Queue, items: Sequence[NewTask], ids: Sequence[uuid.UU
 
 def _enqueue(queue: Queue, items: Sequence[NewTask], report: bool) -> list[tuple[Row, bool]]:
     keys = [item.idempotency_key for item in items if item.idempotency_key is not None]
-    ids = [uuid.uuid4() for _ in items]
+    ids = new_task_ids(len(items))
     # Without keys the insert is the whole move; with them, the read of the tasks the keys
     # already name must see the same snapshot, so both run in one transaction.
     with transaction.atomic() if keys else lone_statement():

@@ -121,16 +121,28 @@ def test_a_failed_shared_statement_fails_every_request_it_carried_and_writes_not
     assert not on_loop._waiting  # the queue is free for the next enqueue
 
 
-def test_the_task_is_announced_before_the_enqueue_returns(monkeypatch):
+def test_the_task_is_announced_before_the_enqueue_returns():
     """A claim sent after the answer finds the task in its lane (Redis), as on the thread path."""
-    from queues.dispatch import lanes, outage
+    from queues.dispatch import lanes
     from taskforge.infra.redis import redis_client
 
-    monkeypatch.setattr(outage, "_redis_down_until", 0.0)  # no outage remembered from an earlier test
     queue = QueueFactory(name="loop-announced")
     row = run(lambda: lifecycle.enqueue_on_loop(queue, lifecycle.NewTask(payload={"n": 1})))
     laned = redis_client().zrange(lanes.ready_key(queue.name), 0, -1)
     assert laned == [str(row["id"]).encode()]
+
+
+def test_both_paths_give_new_tasks_ids_of_version_7_in_the_order_they_were_made():
+    queue = QueueFactory(name="loop-ids")
+    on_the_loop = run(lambda: lifecycle.enqueue_on_loop(queue, lifecycle.NewTask(payload={"n": 1})))["id"]
+    time.sleep(0.002)  # the next millisecond: the ids' time bits tell them apart
+    on_the_threads = [row["id"] for row, _ in lifecycle.enqueue(queue, [lifecycle.NewTask(payload={})] * 3)]
+
+    assert {task_id.version for task_id in [on_the_loop, *on_the_threads]} == {7}
+    assert len(set(on_the_threads)) == 3
+    assert all(on_the_loop < later for later in on_the_threads)
+    stored = Task.objects.filter(queue_id=queue.id).order_by("id").values_list("id", flat=True)
+    assert list(stored) == [on_the_loop, *sorted(on_the_threads)]  # Postgres orders them as Python does
 
 
 def test_the_pool_replaces_connections_killed_while_idle():

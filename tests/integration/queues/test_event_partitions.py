@@ -24,8 +24,8 @@ from queues.models import TaskEvent
 from queues.partitions import catalog, layout, maintain
 from queues.partitions.layout import DAY, DAYS_AHEAD, EXTEND_WITHIN_DAYS, day_start
 from taskforge.infra.clock import database_now
+from tests import live
 from tests.factories import QueueFactory, TaskFactory
-from tests.integration.queues.connections import dsn_of_the_test_database
 
 SCRATCH = "tf_scratch_event"
 
@@ -142,7 +142,7 @@ def test_a_round_that_detaches_and_drops_partitions_never_fails_an_insert(scratc
 
     def write() -> None:
         nonlocal written
-        with psycopg.connect(dsn_of_the_test_database(), autocommit=True, prepare_threshold=0) as writer:
+        with psycopg.connect(live.test_database_url(), autocommit=True, prepare_threshold=0) as writer:
             while not stop.is_set():
                 try:
                     writer.execute(
@@ -223,7 +223,7 @@ def test_what_an_interrupted_round_left_is_cleaned_up_without_losing_a_kept_row(
     partitions = partitions_of(scratch)
     expired = partitions[0]
     # A detach that timed out waiting for a transaction using the table: left pending.
-    with psycopg.connect(dsn_of_the_test_database()) as reader:
+    with psycopg.connect(live.test_database_url()) as reader:
         reader.execute(f"SELECT count(*) FROM {scratch}")
         with pytest.raises(Exception, match="lock timeout"), connection.cursor() as cursor:
             cursor.execute("SET lock_timeout = '200ms'")

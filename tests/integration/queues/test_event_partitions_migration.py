@@ -17,8 +17,8 @@ from django.db.migrations.executor import MigrationExecutor
 
 from queues.models import TaskEvent
 from queues.partitions import catalog
+from tests import live
 from tests.factories import QueueFactory, TaskFactory
-from tests.integration.queues.connections import dsn_of_the_test_database
 
 BEFORE = ("queues", "0009_queue_push")
 AFTER = ("queues", "0010_partition_task_events")
@@ -80,7 +80,7 @@ def test_the_conversion_keeps_every_row_while_writers_go_on(unpartitioned):
             [task.id, queue.id, ROWS],
         )
     (old_max,) = _one("SELECT max(id) FROM tf_task_event")
-    writer = Writer(dsn_of_the_test_database())
+    writer = Writer(live.test_database_url())
     writer.start()
     try:
         time.sleep(0.2)
