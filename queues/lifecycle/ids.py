@@ -29,7 +29,7 @@ _NS_PER_MS = 1_000_000
 
 
 def new_task_ids(count: int) -> list[uuid.UUID]:
-    """``count`` new ids, made now; distinct by their random bits."""
+    """``count`` new ids, made now: they share the time bits and differ in their random ones."""
     ms, ns = divmod(time.time_ns(), _NS_PER_MS)
     head = (ms << 80) | _VERSION | ((ns * _FRACTIONS_PER_MS // _NS_PER_MS) << 64) | _VARIANT
     random = os.urandom(8 * count)
