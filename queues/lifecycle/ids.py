@@ -34,8 +34,3 @@ def new_task_ids(count: int) -> list[uuid.UUID]:
     head = (ms << 80) | _VERSION | ((ns * _FRACTIONS_PER_MS // _NS_PER_MS) << 64) | _VARIANT
     random = os.urandom(8 * count)
     return [uuid.UUID(int=head | int.from_bytes(random[at : at + 8]) >> 2) for at in range(0, 8 * count, 8)]
-
-
-def made_at_ms(task_id: uuid.UUID) -> int:
-    """The Unix time in milliseconds a version 7 id says it was made."""
-    return task_id.int >> 80

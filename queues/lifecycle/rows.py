@@ -166,8 +166,9 @@ def _own_cursor(conn: Any, new_cursor: Callable[[], Any]) -> Any:
     in a row, alternating, one process). A psycopg cursor runs any number of
     statements one after another, also after one that failed, and a
     connection serves one caller at a time (a pool's, or a thread's own), so
-    one per connection serves every statement run on it; it goes with its
-    connection.
+    one per connection serves every statement run on it. It is kept as an
+    attribute of the connection, not in a weak map keyed by it: the cursor
+    refers to its connection, which would keep the map's key alive.
     """
     cursor = getattr(conn, "_taskforge_cursor", None)
     if cursor is None:
