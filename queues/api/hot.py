@@ -1,8 +1,10 @@
-"""The single-task producer calls at the lean edge (taskforge.http.lean): the views' own functions, without DRF.
+"""The hot producer calls at the lean edge (taskforge.http.lean): the views' own functions, without DRF.
 
 An enqueue runs on the event loop (``queues.lifecycle.on_loop``) when the
 process holds its key and queue and it carries no idempotency key, and is
-otherwise one call on the thread pool. A read of one task keeps its long
+otherwise one call on the thread pool. A batch enqueue is one call on the
+thread pool (a hundred items' validation and rows would hold the event loop
+for milliseconds). A read of one task keeps its long
 poll (``wait_seconds``): each attempt runs :func:`queues.api.results.read_task_once`
 on the thread pool, and the wait between attempts is ``workers.longpoll``'s
 one loop, on the event loop.
@@ -16,7 +18,7 @@ from queues import lifecycle
 from queues.api.lookups import queue_or_404
 from queues.api.results import Answer as ReadAnswer
 from queues.api.results import read_task_once
-from queues.api.views import enqueue_answer, enqueue_one, new_task
+from queues.api.views import enqueue_answer, enqueue_batch, enqueue_one, new_task
 from queues.apikeys import authorize
 from taskforge.http.lean import Answer, InThread, LeanCall, Route
 from taskforge.infra import rowcache
@@ -52,6 +54,14 @@ def _enqueue_in_thread(call: LeanCall) -> Answer:
     return enqueue_one(call.params["name"], call.json)
 
 
+async def _enqueue_batch(call: LeanCall, in_thread: InThread[Any]) -> Answer:
+    def batch() -> Answer:
+        authorize(call.authorization, call.view_class, call.method)
+        return enqueue_batch(call.params["name"], call.json)
+
+    return await in_thread(batch)
+
+
 async def _read(call: LeanCall, in_thread: InThread[Any]) -> Answer | None:
     def attempt(kind: str) -> ReadAnswer | longpoll.WaitFor:
         authorize(call.authorization, call.view_class, call.method)
@@ -61,9 +71,10 @@ async def _read(call: LeanCall, in_thread: InThread[Any]) -> Answer | None:
 
 
 def routes() -> list[Route]:
-    """``POST /queues/{name}/tasks`` and the reads of one task, as ``queues.api.views`` answers them."""
+    """``POST /queues/{name}/tasks``, its batch form and the reads of one task, as ``queues.api.views`` answers them."""
     return [
         Route("POST", "task-list", _enqueue),
+        Route("POST", "task-batch", _enqueue_batch),
         Route("GET", "task-detail", _read),
         Route("GET", "task-by-id", _read),
     ]

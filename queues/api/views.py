@@ -251,15 +251,27 @@ class TaskBatchView(APIView):
     roles = {"POST": Role.PRODUCER}
 
     def post(self, request: Request, name: str) -> Response:
-        queue = queue_or_404(name)
-        serializer = EnqueueBatchSerializer(data=request.data)
-        if not serializer.is_valid():
-            errors = serializer.errors
-            # Item errors are reported by index ("3.priority"), not under "tasks".
-            raise drf_serializers.ValidationError(errors["tasks"] if isinstance(errors.get("tasks"), dict) else errors)
-        items = serializer.validated_data["tasks"]
-        outcomes = lifecycle.enqueue(queue, [_new_task(item, item["_raw"]) for item in items])
-        return Response({"tasks": [outputs.task(row, queue.name) for row, _ in outcomes]}, status=201)
+        status, body = enqueue_batch(name, lambda: request.data)
+        return Response(body, status=status)
+
+
+def enqueue_batch(name: str, read_body: Callable[[], Any]) -> tuple[int, dict[str, Any]]:
+    """``POST /queues/{name}/tasks/batch`` after authentication: the status and body of the answer.
+
+    The one definition, called by :class:`TaskBatchView` and by the lean edge
+    (``queues.api.hot``); ``read_body`` as for :func:`enqueue_one`. All the
+    tasks or none: one invalid item fails the batch with its errors keyed by
+    index, and the tasks are inserted by one statement.
+    """
+    queue = queue_or_404(name)
+    serializer = EnqueueBatchSerializer(data=read_body())
+    if not serializer.is_valid():
+        errors = serializer.errors
+        # Item errors are reported by index ("3.priority"), not under "tasks".
+        raise drf_serializers.ValidationError(errors["tasks"] if isinstance(errors.get("tasks"), dict) else errors)
+    items = serializer.validated_data["tasks"]
+    outcomes = lifecycle.enqueue(queue, [_new_task(item, item["_raw"]) for item in items])
+    return 201, {"tasks": [outputs.task(row, queue.name) for row, _ in outcomes]}
 
 
 def _read(request: Request, queue_name: str | None, task_id: str) -> Response | HttpResponse:

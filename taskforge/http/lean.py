@@ -34,7 +34,7 @@ import contextvars
 import io
 import re
 import time
-from collections.abc import Awaitable, Callable, Iterable, MutableMapping
+from collections.abc import Awaitable, Callable, Iterable, MutableMapping, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -119,17 +119,32 @@ class Route:
     view_name: str
     handler: Handler
     pattern: re.Pattern[str] = field(init=False)
+    # The paths an earlier URL takes first (Django tries them in order): "tasks/batch" is not a task id.
+    shadowed_by: re.Pattern[str] | None = field(init=False)
     view_class: type = field(init=False)
     allow_header: bytes = field(init=False)
 
     def __post_init__(self) -> None:
-        url = next(p for p in get_resolver().url_patterns if getattr(p, "name", None) == self.view_name)
+        urls = get_resolver().url_patterns
+        at = next(i for i, p in enumerate(urls) if getattr(p, "name", None) == self.view_name)
+        url = urls[at]
         view_class = url.callback.cls  # type: ignore[union-attr]  # DRF's as_view() sets it
         view = view_class()
         view.setup(HttpRequest())  # as Django does per request: it adds HEAD where there is GET
         object.__setattr__(self, "pattern", url.pattern.regex)
+        object.__setattr__(self, "shadowed_by", _first_of(urls[:at]))
         object.__setattr__(self, "view_class", view_class)
         object.__setattr__(self, "allow_header", ", ".join(view.allowed_methods).encode())
+
+
+def _first_of(urls: Sequence[Any]) -> re.Pattern[str] | None:
+    """One pattern that matches a path when any of ``urls`` (Django's URL patterns and includes) does."""
+    # Python refuses a group name twice in one pattern: the alternatives keep their groups unnamed.
+    alternatives = [_NAMED_GROUP.sub("(?:", url.pattern.regex.pattern) for url in urls]
+    return re.compile("|".join(f"(?:{one})" for one in alternatives)) if alternatives else None
+
+
+_NAMED_GROUP = re.compile(r"\(\?P<\w+>")
 
 
 def _django_headers(secure: bool) -> list[tuple[bytes, bytes]]:
@@ -185,6 +200,8 @@ class LeanEdge:
         for route in routes:
             matched = route.pattern.match(path)
             if matched is not None:
+                if route.shadowed_by is not None and route.shadowed_by.match(path):
+                    return None  # Django's earlier URL serves it
                 headers = dict(scope["headers"])  # HTTP/1.1 names arrive lower-cased
                 if not self._host_allowed(headers.get(b"host")):
                     return None  # Django answers it (400)

@@ -1,7 +1,7 @@
-"""The single-task calls at the lean edge answer over HTTP exactly as Django's path does.
+"""The hot calls at the lean edge answer over HTTP exactly as Django's path does.
 
 A real server (gunicorn, the uvicorn worker, ``taskforge.asgi``) serves
-enqueue, claim, heartbeat, ack and nack through ``taskforge.http.lean``; the
+enqueue (single and batch), claim, heartbeat, ack and nack through ``taskforge.http.lean``; the
 same requests sent through Django's own stack (DRF's test client) are the
 reference: same status, same body, same ``Allow`` and ``WWW-Authenticate``,
 for successes and for every refusal (401, 403, 404, 405, 413, 415, 400, in
@@ -34,6 +34,7 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
 VIEWS = {
     "/queues/lean/tasks": "task-list",
+    "/queues/lean/tasks/batch": "task-batch",
     "/workers/claim": "worker-claim",
     "/workers/heartbeat": "worker-heartbeat",
     "/workers/ack": "worker-ack",
@@ -153,6 +154,20 @@ def test_every_hot_call_answers_as_django_does(world) -> None:
     # 404s: an unknown queue, whatever the body, after authentication.
     both.same("POST", "/queues/nowhere/tasks", {"payload": {}}, key=producer, expect=404)
     both.same("POST", "/queues/nowhere/tasks", b"{not json", key=producer, expect=404)
+    both.same("POST", "/queues/nowhere/tasks/batch", {"tasks": [{"payload": {}}]}, key=producer, expect=404)
+    both.same("POST", "/queues/nowhere/tasks/batch", b"{not json", key=producer, expect=404)
+    # A batch's refusals: errors keyed by item index, the list's own bounds, keys repeated within it.
+    batch = "/queues/lean/tasks/batch"
+    # A read of a task named "batch" is not what Django serves there: its earlier URL (405) answers.
+    both.same("GET", batch, None, key=producer, expect=405)
+    bad_items = {"tasks": [{"payload": {}}, {"payload": {}, "priority": 0}, "x", {"payload": 1, "max_retries": -1}]}
+    refused = both.same("POST", batch, bad_items, key=producer, expect=400)
+    assert set(refused["error"]["fields"]) == {"1.priority", "2", "3.payload", "3.max_retries"}, refused
+    both.same("POST", batch, {"tasks": []}, key=producer, expect=400)
+    both.same("POST", batch, {"tasks": [{"payload": {}}] * 1001}, key=producer, expect=400)
+    both.same("POST", batch, {"tasks": {"payload": {}}}, key=producer, expect=400)
+    twice = {"tasks": [{"payload": {}, "idempotency_key": "same"}, {"payload": {}, "idempotency_key": "same"}]}
+    both.same("POST", batch, twice, key=producer, expect=400)
     both.same("POST", "/workers/claim", {"worker_id": "w", "queue": "nowhere"}, key=worker, expect=404)
     lease = {"worker_id": "w", "task_id": str(uuid.uuid4()), "lease_token": "x"}
     both.same("POST", "/workers/heartbeat", lease, key=worker, expect=404)
@@ -202,6 +217,14 @@ def test_every_hot_call_answers_as_django_does(world) -> None:
     assert nacked.status_code == 200 and nacked.json()["status"] == "dead", nacked.text
     empty = live("/workers/claim", {"worker_id": "w", "queue": "lean", "wait_seconds": 1}, worker)
     assert empty.status_code == 200 and empty.json() == {"tasks": []}
+    # A batch: created in one call, an item's idempotency key replayed, then reused with another body.
+    keyed = {"tasks": [{"payload": {"n": 5}, "idempotency_key": "b1"}, {"payload": {"n": 3}, "priority": 9}]}
+    made = live("/queues/lean/tasks/batch", keyed, producer)
+    assert made.status_code == 201 and [t["status"] for t in made.json()["tasks"]] == ["pending", "pending"], made.text
+    replayed = live("/queues/lean/tasks/batch", {"tasks": [keyed["tasks"][0]]}, producer)
+    assert replayed.status_code == 201 and replayed.json()["tasks"][0]["id"] == made.json()["tasks"][0]["id"]
+    clash = live("/queues/lean/tasks/batch", {"tasks": [{"payload": {"n": 4}, "idempotency_key": "b1"}]}, producer)
+    assert clash.status_code == 409 and clash.json()["error"]["code"] == "conflict", clash.text
 
     # Request ids: a sane one is echoed, anything else replaced by a fresh one.
     mine = live("/workers/claim", {"worker_id": "w", "queue": "lean"}, worker, **{"X-Request-ID": "trace-42"})

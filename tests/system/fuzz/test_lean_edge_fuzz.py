@@ -1,9 +1,9 @@
-"""The schemathesis fuzz of the single-task calls, against a real server: the lean edge answers them.
+"""The schemathesis fuzz of the hot calls, against a real server: the lean edge answers them.
 
 ``test_schemathesis`` fuzzes every operation through Django's WSGI handler,
-in process; the ASGI server answers enqueue, claim, heartbeat, ack and nack
-through ``taskforge.http.lean`` instead, so those five are fuzzed again over
-HTTP, with the same checks, the same schema and the same roles. Bounded like
+in process; the ASGI server answers enqueue, batch enqueue, claim, heartbeat,
+ack and nack through ``taskforge.http.lean`` instead, so those six are fuzzed
+again over HTTP, with the same checks, the same schema and the same roles. Bounded like
 the in-process fuzz (``FUZZ_MAX_EXAMPLES``).
 """
 
@@ -18,7 +18,14 @@ from tests.system.fuzz.test_schemathesis import CHECKS, MAX_EXAMPLES, ROLES, _ai
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
-HOT = ("/queues/{name}/tasks", "/workers/claim", "/workers/heartbeat", "/workers/ack", "/workers/nack")
+HOT = (
+    "/queues/{name}/tasks",
+    "/queues/{name}/tasks/batch",
+    "/workers/claim",
+    "/workers/heartbeat",
+    "/workers/ack",
+    "/workers/nack",
+)
 hot_calls = schema.include(method="POST", path=list(HOT))
 
 
