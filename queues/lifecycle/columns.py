@@ -20,7 +20,7 @@ RECORD_EVENTS = """
     FROM moved m
 )
 SELECT m.*,
-       extract(epoch FROM now() - m.from_changed_at) * 1000 AS duration_ms,
-       extract(epoch FROM now() - m.claimed_at) AS execution_seconds
+       (extract(epoch FROM now() - m.from_changed_at) * 1000)::float8 AS duration_ms,
+       extract(epoch FROM now() - m.claimed_at)::float8 AS execution_seconds
 FROM moved m
 """

@@ -104,8 +104,8 @@ held AS (
            now(), m.from_status, m.status, m.event_worker
     FROM moved m
 )
-SELECT m.*, extract(epoch FROM now() - m.from_changed_at) * 1000 AS duration_ms,
-       extract(epoch FROM now() - m.claimed_at) AS execution_seconds
+SELECT m.*, (extract(epoch FROM now() - m.from_changed_at) * 1000)::float8 AS duration_ms,
+       extract(epoch FROM now() - m.claimed_at)::float8 AS execution_seconds
 FROM moved m
 """
 

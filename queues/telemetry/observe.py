@@ -77,11 +77,12 @@ def _log(rows: list[dict[str, Any]]) -> None:
     batch: Batch = []
     for row in rows:
         queue = queue_name(row["queue_id"])
+        task_id = str(row["id"])  # a UUID's text is built in Python each time it is asked for
         duration_ms = round(float(row["duration_ms"] or 0.0), 3)
-        message = f"task {row['id']} {row['from_status']} -> {row['status']} in {queue} ({duration_ms:.1f} ms)"
+        message = f"task {task_id} {row['from_status']} -> {row['status']} in {queue} ({duration_ms:.1f} ms)"
         fields = {
             "event": "task.transition",
-            "task_id": str(row["id"]),
+            "task_id": task_id,
             "queue": queue,
             "worker_id": _worker(row),
             "from_status": row["from_status"],
