@@ -2,10 +2,10 @@
 
 An enqueue runs on the event loop (``queues.lifecycle.on_loop``) when the
 process holds its key and queue and it carries no idempotency key, and is
-otherwise one call on the thread pool. A batch enqueue is one call on the
-thread pool (a hundred items' validation and rows would hold the event loop
-for milliseconds). A read of one task keeps its long
-poll (``wait_seconds``): each attempt runs :func:`queues.api.results.read_task_once`
+otherwise one call on the thread pool. A batch enqueue is always one call on
+the thread pool: a hundred items' validation and rows would hold the event
+loop for milliseconds. A read of one task keeps its long poll
+(``wait_seconds``): each attempt runs :func:`queues.api.results.read_task_once`
 on the thread pool, and the wait between attempts is ``workers.longpoll``'s
 one loop, on the event loop.
 """

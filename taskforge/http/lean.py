@@ -137,14 +137,14 @@ class Route:
         object.__setattr__(self, "allow_header", ", ".join(view.allowed_methods).encode())
 
 
+_NAMED_GROUP = re.compile(r"\(\?P<\w+>")
+
+
 def _first_of(urls: Sequence[Any]) -> re.Pattern[str] | None:
     """One pattern that matches a path when any of ``urls`` (Django's URL patterns and includes) does."""
     # Python refuses a group name twice in one pattern: the alternatives keep their groups unnamed.
     alternatives = [_NAMED_GROUP.sub("(?:", url.pattern.regex.pattern) for url in urls]
     return re.compile("|".join(f"(?:{one})" for one in alternatives)) if alternatives else None
-
-
-_NAMED_GROUP = re.compile(r"\(\?P<\w+>")
 
 
 def _django_headers(secure: bool) -> list[tuple[bytes, bytes]]:

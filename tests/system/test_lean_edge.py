@@ -156,10 +156,10 @@ def test_every_hot_call_answers_as_django_does(world) -> None:
     both.same("POST", "/queues/nowhere/tasks", b"{not json", key=producer, expect=404)
     both.same("POST", "/queues/nowhere/tasks/batch", {"tasks": [{"payload": {}}]}, key=producer, expect=404)
     both.same("POST", "/queues/nowhere/tasks/batch", b"{not json", key=producer, expect=404)
-    # A batch's refusals: errors keyed by item index, the list's own bounds, keys repeated within it.
     batch = "/queues/lean/tasks/batch"
     # A read of a task named "batch" is not what Django serves there: its earlier URL (405) answers.
     both.same("GET", batch, None, key=producer, expect=405)
+    # A batch's refusals: errors keyed by item index, the list's own bounds, keys repeated within it.
     bad_items = {"tasks": [{"payload": {}}, {"payload": {}, "priority": 0}, "x", {"payload": 1, "max_retries": -1}]}
     refused = both.same("POST", batch, bad_items, key=producer, expect=400)
     assert set(refused["error"]["fields"]) == {"1.priority", "2", "3.payload", "3.max_retries"}, refused
