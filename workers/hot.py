@@ -1,11 +1,12 @@
 """The single-task worker calls at the lean edge (taskforge.http.lean): the views' own functions, without DRF.
 
 A claim of up to ``LOOP_CLAIM_MAX_TASKS`` tasks from one named pull queue
-with no rate limit, a heartbeat, an ack and a nack run on the event loop
-(``queues.lifecycle.lease_on_loop``) when the process holds the call's key,
-queue and the workers' controls (an ack or a nack, whose answer carries
-none, needs only the key), and this worker's "last seen" is not due to be
-written; otherwise the call is one call on the thread pool, as before. The
+with no rate limit (a larger one when its lane is that short), a heartbeat,
+an ack and a nack run on the event loop (``queues.lifecycle.lease_on_loop``)
+when the process holds the call's key, queue and the workers' controls (an
+ack or a nack, whose answer carries none, needs only the key), and this
+worker's "last seen" is not due to be written; otherwise the call is one
+call on the thread pool, as before. The
 checks are the views' own functions (``workers.views``), in their order; a
 call leaves the loop for the thread pool only before it has changed
 anything, or after a heartbeat, ack or nack that moved nothing (the thread
@@ -42,10 +43,12 @@ from workers.views import (
     task_answer,
 )
 
-#: The largest claim the event loop serves itself. A claim's rows, log lines and answer are CPU the
+#: The most tasks a claim takes on the event loop. A claim's rows, log lines and answer are CPU the
 #: loop spends without serving anything else; a batch claim spreads its round trips over its tasks
 #: anyway, and on the thread pool it leaves the loop free (make bench: W3b, a producer's batches
-#: while two workers drain, came out 10-20 % slower with every claim on the loop).
+#: while two workers drain, came out 10-20 % slower with every claim on the loop). A larger claim
+#: stays on the loop when its lane holds no more than this (a trickle: the worker waits on its
+#: tasks, and the thread hand-off's wake-ups are a millisecond or two of each task's start).
 LOOP_CLAIM_MAX_TASKS = 10
 
 
@@ -82,17 +85,14 @@ async def _claim_on_loop(call: LeanCall, kind: str) -> Answer | longpoll.WaitFor
             control = controls.control_for(fields["worker_id"])
     except rowcache.NotCached:
         return None
-    if (
-        queue is None
-        or queue.rate_limit is not None
-        or fields["max_tasks"] > LOOP_CLAIM_MAX_TASKS
-        or registry.seen_is_due(fields["worker_id"], claim=True)
-    ):
-        return None  # several queues, tokens to take, a batch, or a registry row to write: the thread path's
+    if queue is None or queue.rate_limit is not None or registry.seen_is_due(fields["worker_id"], claim=True):
+        return None  # several queues, tokens to take, or a registry row to write: the thread path's
     if control is not None:
         return controlled(control)
-    rows = await claiming.claim_one_queue_on_loop(fields["worker_id"], queue, fields["max_tasks"])
-    return claim_outcome(fields, rows, kind)
+    rows = await claiming.claim_one_queue_on_loop(
+        fields["worker_id"], queue, fields["max_tasks"], most_on_loop=LOOP_CLAIM_MAX_TASKS
+    )
+    return None if rows is None else claim_outcome(fields, rows, kind)  # None: a batch, the thread path's
 
 
 def _warm(

@@ -191,21 +191,31 @@ def claim(worker_id: str, queue: Queue | None, max_tasks: int) -> Claimed:
             batch.from_postgres()
     finally:
         batch.give_back()
-    rows = sorted(batch.rows, key=lambda row: (row["priority"], row["scheduled_at"]))
+    rows = _best_first(batch.rows)
     return Claimed(rows, min(batch.waits) if batch.waits and not rows else None)
 
 
-async def claim_one_queue_on_loop(worker_id: str, queue: Queue, max_tasks: int) -> list[Row]:
+async def claim_one_queue_on_loop(
+    worker_id: str, queue: Queue, max_tasks: int, *, most_on_loop: int | None = None
+) -> list[Row] | None:
     """:func:`claim` of one named pull queue with no rate limit, on the event loop.
 
     The same moves as ``_Batch.from_one_lane`` then ``from_postgres`` for
     such a queue (no tokens to take or give back): pop the lane's best ids,
     confirm them by primary key, and when the lane runs dry (or Redis is
     unreachable) scan Postgres for the rest, once.
+
+    A claim of more than ``most_on_loop`` tasks stays on the loop only when
+    its lane holds between one and that many ids, a trickle: it takes the
+    lane whole and the same statement scans for the rest. Otherwise (a long
+    lane, an empty one, Redis unreachable) it answers None, having changed
+    nothing: a batch's rows belong on the thread pool.
     """
     assert queue.rate_limit is None and queue.push is None
     if queue.paused:
         return []
+    if most_on_loop is not None and max_tasks > most_on_loop:
+        return await _claim_short_lane_on_loop(worker_id, queue, max_tasks, most_on_loop)
     rows: list[Row] = []
     scanned = False
     if outage.redis_usable():
@@ -227,4 +237,24 @@ async def claim_one_queue_on_loop(worker_id: str, queue: Queue, max_tasks: int) 
             outage.redis_failed(exc, "reading the lanes")
     if not scanned and len(rows) < max_tasks:
         rows += await lifecycle.claim_on_loop(worker_id, queue, max_tasks - len(rows))
+    return _best_first(rows)
+
+
+async def _claim_short_lane_on_loop(worker_id: str, queue: Queue, max_tasks: int, most: int) -> list[Row] | None:
+    if not outage.redis_usable():
+        return None
+    try:
+        short = await lanes.pop_short_on_loop(queue.name, most)
+    except redis.RedisError as exc:
+        outage.redis_failed(exc, "reading the lanes")
+        return None
+    if short is None or short[0] == 0:
+        return None
+    _, ids = short
+    # The lane rarely holds every ready task (trimmed, refilled in part, lost with Redis): the
+    # statement tops the claim up from the queue, as many as are due up to max_tasks.
+    return _best_first(await lifecycle.claim_on_loop(worker_id, queue, max_tasks, task_ids=ids, scan=True))
+
+
+def _best_first(rows: list[Row]) -> list[Row]:
     return sorted(rows, key=lambda row: (row["priority"], row["scheduled_at"]))

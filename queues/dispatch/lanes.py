@@ -26,6 +26,7 @@ import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Any
 
 import redis
 from django.conf import settings
@@ -177,6 +178,45 @@ async def pop_on_loop(queue_name: str, count: int) -> tuple[int, list[uuid.UUID]
     # The raw reply: members and scores in one list (RESP2), or [member, score] pairs (RESP3).
     members = [pair[0] for pair in popped] if popped and isinstance(popped[0], list) else popped[::2]
     return len(members), parse_ids(members)
+
+
+# Take a short lane whole: every id when it holds at most ARGV[1] of them, else
+# nothing (atomically, so no claimer takes part of a lane this one judged short).
+# Returns {ids the lane held, the members taken...}.
+_POP_SHORT = """
+local held = redis.call('ZCARD', KEYS[1])
+if held > tonumber(ARGV[1]) then
+    return {held}
+end
+local taken = redis.call('ZPOPMIN', KEYS[1], held)
+local reply = {held}
+for i = 1, #taken, 2 do
+    reply[#reply + 1] = taken[i]
+end
+return reply
+"""
+
+
+def pop_short(queue_name: str, most: int) -> tuple[int, list[uuid.UUID]] | None:
+    """Every id of a lane that holds at most ``most``: (how many it held, the task ids among them); None, taking
+    nothing, when it holds more."""
+    return _short_lane(redis_client().eval(_POP_SHORT, 1, ready_key(queue_name), most))
+
+
+async def pop_short_on_loop(queue_name: str, most: int) -> tuple[int, list[uuid.UUID]] | None:
+    """:func:`pop_short`, from the event loop (a Cluster's lanes stay the synchronous client's)."""
+    client = async_redis_client()
+    if client is None:
+        return await asyncio.get_running_loop().run_in_executor(None, pop_short, queue_name, most)
+    pipe = client.pipeline(transaction=False)
+    pipe.eval(_POP_SHORT, 1, ready_key(queue_name), most)
+    (reply,) = await redis_pipelines.execute(pipe)
+    return _short_lane(reply)
+
+
+def _short_lane(reply: list[Any]) -> tuple[int, list[uuid.UUID]] | None:
+    held, *members = reply
+    return None if len(members) < int(held) else (int(held), parse_ids(members))
 
 
 def sizes(queue_names: Sequence[str]) -> list[int]:

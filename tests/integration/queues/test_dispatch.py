@@ -165,6 +165,18 @@ def test_pop_takes_a_lanes_best_ids_in_one_call_and_drops_garbage(queue):
     assert lanes.pop("nothing_here", 3) == (0, [])
 
 
+def test_pop_short_takes_a_short_lane_whole_and_leaves_a_longer_one_alone(queue):
+    key = lanes.ready_key("email_jobs")
+    ids = [uuid.uuid4() for _ in range(3)]
+    redis_client().zadd(key, {str(ids[0]): 1, "not-a-task": 2, str(ids[1]): 3, str(ids[2]): 4})
+
+    assert lanes.pop_short("email_jobs", 3) is None  # four members: taken not at all
+    assert redis_client().zcard(key) == 4
+    assert lanes.pop_short("email_jobs", 4) == (4, ids)  # held four, garbage dropped, best first
+    assert redis_client().zcard(key) == 0
+    assert lanes.pop_short("email_jobs", 4) == (0, [])
+
+
 def _claim_statements(queries: CaptureQueriesContext) -> list[str]:
     return [q["sql"] for q in queries.captured_queries if "FOR UPDATE OF t SKIP LOCKED" in q["sql"]]
 

@@ -85,6 +85,38 @@ def test_a_lane_that_runs_dry_is_topped_up_by_a_postgres_scan():
     assert _claim(queue, "w-loop", 10) == []
 
 
+def test_a_larger_claim_takes_a_short_lane_on_the_loop_and_as_many_more_as_are_due():
+    """Past ``most_on_loop`` a claim stays on the loop only for a short lane, and still gets every due task."""
+    queue = QueueFactory(name="loop-short-lane")
+    rows = _enqueue(queue, 9)
+    redis_client().zrem(lanes.ready_key(queue.name), *[str(row["id"]) for row in rows[:4]])  # Postgres only
+
+    claimed = run(lambda: claiming.claim_one_queue_on_loop("w-loop", queue, 20, most_on_loop=3))
+    assert claimed is None  # the lane holds 5 ids, more than 3: the thread pool's claim, nothing taken
+    assert redis_client().zcard(lanes.ready_key(queue.name)) == 5
+    assert Task.objects.filter(queue=queue, status="pending").count() == 9
+
+    claimed = run(lambda: claiming.claim_one_queue_on_loop("w-loop", queue, 20, most_on_loop=5))
+    assert claimed is not None and {row["id"] for row in claimed} == {row["id"] for row in rows}
+    assert [row["scheduled_at"] for row in claimed] == sorted(row["scheduled_at"] for row in claimed)
+    assert Task.objects.filter(queue=queue, status="claimed", claimed_by="w-loop").count() == 9
+    assert redis_client().zcard(lanes.ready_key(queue.name)) == 0
+
+
+def test_a_larger_claim_leaves_an_empty_lane_or_an_unreachable_redis_to_the_thread_pool(settings, monkeypatch):
+    """An empty lane says nothing about Postgres, which may hold a backlog: the scan of a batch is the threads'."""
+    from tests.live import free_port
+
+    queue = QueueFactory(name="loop-empty-lane")
+    rows = _enqueue(queue, 12)
+    redis_client().delete(lanes.ready_key(queue.name))
+
+    assert run(lambda: claiming.claim_one_queue_on_loop("w-loop", queue, 20, most_on_loop=10)) is None
+    monkeypatch.setattr(settings, "REDIS_URL", f"redis://127.0.0.1:{free_port()}/0")
+    assert run(lambda: claiming.claim_one_queue_on_loop("w-loop", queue, 20, most_on_loop=10)) is None
+    assert Task.objects.filter(queue=queue, status="pending").count() == len(rows)
+
+
 def test_garbage_in_the_lane_is_dropped_and_the_claim_goes_on():
     queue = QueueFactory(name="loop-garbage")
     (row,) = _enqueue(queue, 1)
@@ -384,6 +416,18 @@ def test_warm_calls_run_on_the_loop_and_cold_or_refused_ones_on_the_thread_pool(
 
     status, batch = edge.call("worker-claim", {**claim, "max_tasks": hot.LOOP_CLAIM_MAX_TASKS + 1})
     assert status == 200 and len(batch["tasks"]) == 11 and edge.in_threads[-1] == "worker-claim"  # threads'
+    # 17 left, the lane longer than the loop takes: a claim of them all is the threads'; with 5 left, the loop's.
+    status, most = edge.call("worker-claim", {**claim, "max_tasks": 12})
+    assert status == 200 and len(most["tasks"]) == 12 and edge.in_threads[-1] == "worker-claim"
+
+    def one_more() -> dict[str, Any]:  # a try on the thread pool (stale copies) takes them all: keep the lane fed
+        _enqueue(queue, 1)
+        return {**claim, "max_tasks": 11}
+
+    status, rest = _until_on_the_loop(edge, "worker-claim", one_more)
+    assert status == 200 and rest["tasks"]
+    assert not Task.objects.filter(queue=queue, status="pending").exists()  # the short lane and the scan: all
+    _enqueue(queue, 1)
     (three,) = edge.call("worker-claim", claim)[1]["tasks"]
     with pytest.raises(LeaseLost):  # the edge answers it as the contract's 409
         edge.call("worker-ack", {"worker_id": "w-routed", "task_id": three["id"], "lease_token": "nope"})
