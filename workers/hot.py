@@ -1,7 +1,7 @@
 """The single-task worker calls at the lean edge (taskforge.http.lean): the views' own functions, without DRF.
 
 A claim of up to ``LOOP_CLAIM_MAX_TASKS`` tasks from one named pull queue
-with no rate limit (a larger one when its lane is that short), a heartbeat,
+with no rate limit (a larger one when it waited and its lane is that short), a heartbeat,
 an ack and a nack run on the event loop (``queues.lifecycle.lease_on_loop``)
 when the process holds the call's key, queue and the workers' controls (an
 ack or a nack, whose answer carries none, needs only the key), and this
@@ -47,8 +47,10 @@ from workers.views import (
 #: loop spends without serving anything else; a batch claim spreads its round trips over its tasks
 #: anyway, and on the thread pool it leaves the loop free (make bench: W3b, a producer's batches
 #: while two workers drain, came out 10-20 % slower with every claim on the loop). A larger claim
-#: stays on the loop when its lane holds no more than this (a trickle: the worker waits on its
-#: tasks, and the thread hand-off's wake-ups are a millisecond or two of each task's start).
+#: stays on the loop when its long poll waited and its lane holds no more than this: a trickle,
+#: where the worker waits on each task and the thread hand-off's wake-ups are a millisecond or
+#: two of each task's start. (W3b came out slower again with every larger claim of a short lane
+#: on the loop, the first attempts of the drain's claims included.)
 LOOP_CLAIM_MAX_TASKS = 10
 
 
@@ -85,8 +87,13 @@ async def _claim_on_loop(call: LeanCall, kind: str) -> Answer | longpoll.WaitFor
             control = controls.control_for(fields["worker_id"])
     except rowcache.NotCached:
         return None
-    if queue is None or queue.rate_limit is not None or registry.seen_is_due(fields["worker_id"], claim=True):
-        return None  # several queues, tokens to take, or a registry row to write: the thread path's
+    if (
+        queue is None
+        or queue.rate_limit is not None
+        or (fields["max_tasks"] > LOOP_CLAIM_MAX_TASKS and kind == longpoll.FIRST)
+        or registry.seen_is_due(fields["worker_id"], claim=True)
+    ):
+        return None  # several queues, tokens to take, a batch, or a registry row to write: the thread path's
     if control is not None:
         return controlled(control)
     rows = await claiming.claim_one_queue_on_loop(

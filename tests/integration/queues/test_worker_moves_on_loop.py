@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -416,23 +417,46 @@ def test_warm_calls_run_on_the_loop_and_cold_or_refused_ones_on_the_thread_pool(
 
     status, batch = edge.call("worker-claim", {**claim, "max_tasks": hot.LOOP_CLAIM_MAX_TASKS + 1})
     assert status == 200 and len(batch["tasks"]) == 11 and edge.in_threads[-1] == "worker-claim"  # threads'
-    # 17 left, the lane longer than the loop takes: a claim of them all is the threads'; with 5 left, the loop's.
-    status, most = edge.call("worker-claim", {**claim, "max_tasks": 12})
-    assert status == 200 and len(most["tasks"]) == 12 and edge.in_threads[-1] == "worker-claim"
-
-    def one_more() -> dict[str, Any]:  # a try on the thread pool (stale copies) takes them all: keep the lane fed
-        _enqueue(queue, 1)
-        return {**claim, "max_tasks": 11}
-
-    status, rest = _until_on_the_loop(edge, "worker-claim", one_more)
-    assert status == 200 and rest["tasks"]
-    assert not Task.objects.filter(queue=queue, status="pending").exists()  # the short lane and the scan: all
-    _enqueue(queue, 1)
     (three,) = edge.call("worker-claim", claim)[1]["tasks"]
     with pytest.raises(LeaseLost):  # the edge answers it as the contract's 409
         edge.call("worker-ack", {"worker_id": "w-routed", "task_id": three["id"], "lease_token": "nope"})
     assert edge.in_threads[-1] == "worker-ack"  # the loop's statement moved nothing: the thread pool said why
     assert Task.objects.get(id=three["id"]).status == "claimed"
+
+
+def test_a_larger_claim_woken_in_its_long_poll_takes_a_short_lane_on_the_loop(monkeypatch):
+    """Past LOOP_CLAIM_MAX_TASKS a claim's first attempt is the thread pool's; once its poll waited, a short
+    lane is the loop's (a trickle: each task's start saves the thread hand-off)."""
+    watch = change_watch.current()
+    assert watch is not None and watch.wait_listening(10)
+    monkeypatch.setattr(registry, "SEEN_RESOLUTION_SECONDS", 600.0)
+    queue = QueueFactory(name="loop-woken")
+    _, raw = create_key("loop-woken", "worker")
+    edge = Routed(raw)
+    claim = {"worker_id": "w-woken", "queue": queue.name, "max_tasks": 50, "wait_seconds": 5}
+
+    def woken_on_the_loop() -> bool:
+        """One poll on an empty queue, a task enqueued while it waits: whether the attempt that took it ran here."""
+        in_threads_then: list[int] = []
+
+        def enqueue_later() -> None:
+            time.sleep(0.5)  # the poll waits by now
+            in_threads_then.append(len(edge.in_threads))
+            _enqueue(queue, 1)
+            db.connection.close()
+
+        later = threading.Thread(target=enqueue_later)
+        later.start()
+        status, answer = edge.call("worker-claim", claim)
+        later.join()
+        assert status == 200 and len(answer["tasks"]) == 1
+        assert edge.in_threads[0] == "worker-claim"  # the first attempt: a batch's, whatever the lane
+        # A change to any key or queue by any process makes this process's copies stale until the
+        # thread pool reads them again: such an attempt is the thread pool's.
+        return len(edge.in_threads) == in_threads_then[0]
+
+    assert any(woken_on_the_loop() for _ in range(5))
+    assert Task.objects.filter(queue=queue, status="claimed", claimed_by="w-woken").count() >= 1
 
 
 def _leases_held(name: str, worker_id: str, monkeypatch: Any) -> tuple[Queue, Routed, Iterator[dict[str, Any]]]:
