@@ -1,12 +1,12 @@
 """The single-task worker calls at the lean edge (taskforge.http.lean): the views' own functions, without DRF.
 
 A claim of up to ``LOOP_CLAIM_MAX_TASKS`` tasks from one named pull queue
-with no rate limit (a larger one when it waited and its lane is that short), a heartbeat,
-an ack and a nack run on the event loop (``queues.lifecycle.lease_on_loop``)
-when the process holds the call's key, queue and the workers' controls (an
-ack or a nack, whose answer carries none, needs only the key), and this
-worker's "last seen" is not due to be written; otherwise the call is one
-call on the thread pool, as before. The
+with no rate limit (a larger one once its long poll waited, from a lane
+that short), a heartbeat, an ack and a nack run on the event loop
+(``queues.lifecycle.lease_on_loop``) when the process holds the call's key,
+queue and the workers' controls (an ack or a nack, whose answer carries
+none, needs only the key), and this worker's "last seen" is not due to be
+written; otherwise the call is one call on the thread pool, as before. The
 checks are the views' own functions (``workers.views``), in their order; a
 call leaves the loop for the thread pool only before it has changed
 anything, or after a heartbeat, ack or nack that moved nothing (the thread
@@ -49,8 +49,8 @@ from workers.views import (
 #: while two workers drain, came out 10-20 % slower with every claim on the loop). A larger claim
 #: stays on the loop when its long poll waited and its lane holds no more than this: a trickle,
 #: where the worker waits on each task and the thread hand-off's wake-ups are a millisecond or
-#: two of each task's start. (W3b came out slower again with every larger claim of a short lane
-#: on the loop, the first attempts of the drain's claims included.)
+#: two of each task's start. (Taking every short lane on the loop, the drain's first attempts
+#: included, made W3b slower again.)
 LOOP_CLAIM_MAX_TASKS = 10
 
 
