@@ -14,12 +14,13 @@ pipeline, with the same helpers as the threads (``lanes.add_ready``,
   says which, with its address, database, credentials, protocol and
   timeouts), through one connection per client, an asyncio protocol
   (:class:`_Wire`): each pipeline is one write, its replies parsed by
-  hiredis as they arrive and matched to their pipeline in order, with one
-  timer for the whole exchange. Concurrent pipelines share the connection
+  hiredis as they arrive and matched to their pipeline in order, one timer
+  for the oldest exchange waiting. Concurrent pipelines share the connection
   and its round trips. A lane write and its bell (``ZADD``,
-  ``ZREMRANGEBYRANK``, ``PUBLISH``) cost 87-115 µs of CPU this way against
-  207-233 µs through the pool (3,000 in a row on uvloop, the local Redis,
-  alternating, on a slow machine);
+  ``ZREMRANGEBYRANK``, ``PUBLISH``) cost 134-153 µs of CPU this way against
+  210-249 µs through the pool (3,000 in a row on uvloop, the local Redis,
+  two alternations, on a slow machine); one single enqueue about 100 µs
+  less in all (``python -m bench.phases``);
 * over TLS or through Sentinel, through redis-py's pool and connections, as
   before (their handshakes are redis-py's to get right).
 
