@@ -177,6 +177,10 @@ class LeanEdge:
         )
         self.headers = {secure: _django_headers(secure) for secure in (False, True)}
         self.allowed_hosts = settings.ALLOWED_HOSTS
+        proxy: tuple[str, str] | None = settings.SECURE_PROXY_SSL_HEADER  # as HttpRequest.is_secure reads it
+        self.proxy_ssl_header = (
+            (proxy[0].removeprefix("HTTP_").lower().replace("_", "-").encode("latin-1"), proxy[1]) if proxy else None
+        )
         if settings.DEBUG and not self.allowed_hosts:  # Django's own rule (HttpRequest.get_host)
             self.allowed_hosts = [".localhost", "127.0.0.1", "[::1]"]
 
@@ -215,12 +219,11 @@ class LeanEdge:
         return bool(domain) and validate_host(domain, self.allowed_hosts)
 
     def _secure(self, scope: Scope, headers: dict[bytes, bytes]) -> bool:
-        proxy = settings.SECURE_PROXY_SSL_HEADER
-        if proxy:  # as HttpRequest.is_secure reads it
-            name = proxy[0].removeprefix("HTTP_").lower().replace("_", "-").encode("latin-1")
+        if self.proxy_ssl_header is not None:
+            name, secure_value = self.proxy_ssl_header
             offered = headers.get(name)
             if offered is not None:
-                return offered.decode("latin-1").split(",", 1)[0].strip() == proxy[1]
+                return offered.decode("latin-1").split(",", 1)[0].strip() == secure_value
         return bool(scope.get("scheme") == "https")
 
     async def _serve(
@@ -279,6 +282,7 @@ class LeanEdge:
             body,
         )
         view_name: str | None = route.view_name
+        secure = self._secure(scope, headers)
         if refusal is not None:  # answered before Django's later middleware: none of its headers
             view_name = None  # nor had Django resolved the view yet
             status = refusal.status_code
@@ -307,7 +311,7 @@ class LeanEdge:
                     return  # the client left: no answer, no log line, not counted
                 status, data = answer
             content = _RENDERER.render(data)
-            extra = [_JSON, (b"allow", route.allow_header), *self.headers[self._secure(scope, headers)]]
+            extra = [_JSON, (b"allow", route.allow_header), *self.headers[secure]]
             extra += [
                 (name.lower().encode("latin-1"), value.encode("latin-1")) for name, value in extra_headers.items()
             ]
@@ -317,8 +321,8 @@ class LeanEdge:
         await send({"type": "http.response.body", "body": content, "more_body": False})
         await deferred.run()  # the bells and transition lines the call left for after its answer
         log_access(scope["method"], scope["path"], status, started)
-        secure = self._secure(scope, headers)
-        record_request(scope["method"], view_name, status, len(body), content, started, secure=secure)
+        ajax = headers.get(b"x-requested-with") == b"XMLHttpRequest"  # as django-prometheus reads it
+        record_request(scope["method"], view_name, status, len(body), content, started, secure=secure, ajax=ajax)
 
     async def in_thread(self, work: Callable[[], T]) -> T:
         """Run ``work`` on the thread pool as Django runs a view.

@@ -66,13 +66,13 @@ class Both:
     def live(
         self, method: str, path: str, body: bytes | None, headers: dict[str, str], *, resolved: bool = True
     ) -> httpx.Response:
-        """``resolved`` False: refused by the body rules, before Django resolves the view (so counted)."""
+        """``resolved`` False: refused by the body rules (``BodyLimitMiddleware`` on Django's path), before
+        the metrics middleware that counts by view and status, so not counted there (nor by Django)."""
         response = self.http.request(method, path, content=body, headers=headers)
-        view = (
-            VIEWS.get(re.sub(r"^/queues/[^/]+/", "/queues/lean/", path.rstrip("/"))) if resolved else "<unnamed view>"
-        )
+        view = VIEWS.get(re.sub(r"^/queues/[^/]+/", "/queues/lean/", path.rstrip("/")))
         if view is not None and response.status_code != 413:  # the body cap answers before any view
-            self.sent[(view, method, str(response.status_code))] += 1
+            if resolved:
+                self.sent[(view, method, str(response.status_code))] += 1
             self.request_ids.append(response.headers["x-request-id"])
         return response
 
