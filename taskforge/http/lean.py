@@ -37,6 +37,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterable, MutableMapping, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, TypeVar
 
 from django.conf import settings
@@ -79,6 +80,7 @@ _PARSER = StrictJSONParser()
 _RENDERER = FastJSONRenderer()
 _JSON = (b"content-type", b"application/json")
 _FOUND = "taskforge.lean.route"  # the scope key of the route found, past the body cap
+_HOSTS_KEPT = 256  # Host headers whose check is remembered (a deployment sees a handful)
 
 
 @dataclass(frozen=True)
@@ -89,11 +91,16 @@ class LeanCall:
     path: str
     view_class: type  # the DRF view Django would have served it with: its declared roles apply
     params: dict[str, str]  # the path's named groups
-    query: QueryDict  # the query string, as Django's request.GET reads it
+    query_string: str  # decoded as Django decodes it for request.GET
     authorization: str
     content_type: str
     body: bytes
     receive: Receive  # the body is read: what comes next is the client leaving (http.disconnect)
+
+    @cached_property
+    def query(self) -> QueryDict:
+        """The query string as Django's ``request.GET`` reads it (built when a handler reads it: few do)."""
+        return QueryDict(self.query_string)
 
     def json(self) -> Any:
         """The body as DRF's ``request.data`` gives it: ``{}`` when empty, else the strict parser's value."""
@@ -177,6 +184,7 @@ class LeanEdge:
         )
         self.headers = {secure: _django_headers(secure) for secure in (False, True)}
         self.allowed_hosts = settings.ALLOWED_HOSTS
+        self._hosts_checked: dict[bytes, bool] = {}  # Host headers seen, and whether ALLOWED_HOSTS allows each
         proxy: tuple[str, str] | None = settings.SECURE_PROXY_SSL_HEADER  # as HttpRequest.is_secure reads it
         self.proxy_ssl_header = (
             (proxy[0].removeprefix("HTTP_").lower().replace("_", "-").encode("latin-1"), proxy[1]) if proxy else None
@@ -215,8 +223,14 @@ class LeanEdge:
     def _host_allowed(self, host: bytes | None) -> bool:
         if not host:
             return False
-        domain, _ = split_domain_port(host.decode("latin-1"))
-        return bool(domain) and validate_host(domain, self.allowed_hosts)
+        allowed = self._hosts_checked.get(host)
+        if allowed is None:
+            domain, _ = split_domain_port(host.decode("latin-1"))
+            allowed = bool(domain) and validate_host(domain, self.allowed_hosts)
+            if len(self._hosts_checked) >= _HOSTS_KEPT:  # clients choose the header: keep the set bounded
+                self._hosts_checked.clear()
+            self._hosts_checked[host] = allowed
+        return allowed
 
     def _secure(self, scope: Scope, headers: dict[bytes, bytes]) -> bool:
         if self.proxy_ssl_header is not None:
@@ -294,7 +308,7 @@ class LeanEdge:
                 path=scope["path"],
                 view_class=route.view_class,
                 params=params,
-                query=QueryDict(scope.get("query_string", b"").decode(errors="replace")),  # as WSGIRequest.GET
+                query_string=scope.get("query_string", b"").decode(errors="replace"),  # as WSGIRequest.GET
                 authorization=headers.get(b"authorization", b"").decode("latin-1"),
                 content_type=headers.get(b"content-type", b"").decode("latin-1"),
                 body=body,

@@ -10,8 +10,8 @@ from __future__ import annotations
 import contextvars
 import logging
 import re
+import secrets
 import time
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -92,7 +92,7 @@ class RequestIdMiddleware:
 
 def request_id_for(offered: str) -> str:
     """The id of a request: the client's own if it is a sane one, else a new one."""
-    return offered if _REQUEST_ID.match(offered) else uuid.uuid4().hex
+    return offered if _REQUEST_ID.match(offered) else secrets.token_hex(16)
 
 
 def log_access(method: str, path: str, status: int, started: float) -> None:

@@ -267,6 +267,15 @@ def test_every_hot_call_answers_as_django_does(world) -> None:
         assert by_view.get(view_labels) == sent, (view, by_view.get(view_labels), sent)
 
 
+def test_a_host_django_refuses_stays_refused(world) -> None:
+    """The edge remembers each Host header's check: a refused host is Django's 400 every time, others served."""
+    keys, url, _ = world
+    both = Both(url)
+    for _ in range(3):
+        both.same("POST", "/queues/lean/tasks", {"payload": {}}, key=keys["producer"], expect=400, Host="evil.example")
+        both.same("POST", "/queues/lean/tasks", {"payload": {}}, key=keys["producer"], expect=201)
+
+
 def test_task_reads_answer_as_django_does(world) -> None:
     """``GET /queues/{name}/tasks/{id}`` and ``GET /tasks/{id}``, waiting or not, answer as Django's path does."""
     keys, url, _ = world

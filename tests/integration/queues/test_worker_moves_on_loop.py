@@ -20,7 +20,6 @@ from typing import Any
 import orjson
 import pytest
 from django import db
-from django.http import QueryDict
 from django.utils import timezone
 
 from queues import lifecycle
@@ -363,7 +362,7 @@ class Routed:
             path="/workers/" + view_name.removeprefix("worker-"),
             view_class=route.view_class,
             params={},
-            query=QueryDict(),
+            query_string="",
             authorization=self.authorization,
             content_type="application/json",
             body=orjson.dumps(body),
