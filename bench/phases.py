@@ -20,6 +20,14 @@ which is why this measure exists beside ``make bench``'s py-spy profiles.
 The log lines are formatted and written as always, to ``/dev/null`` (a
 pipe or a file costs one write more); the event loop's remainder includes
 this driver's own few microseconds per request.
+
+``python -m bench.phases --http [REQUESTS]`` adds what the phases leave
+out: it sends the same enqueues, one at a time over one keep-alive
+connection, to one gunicorn worker serving the same application
+(``gunicorn.conf.py``), and reports that worker's user and system CPU per
+enqueue from ``/proc`` beside the in-process figures: the difference is the
+HTTP server (uvicorn's parsing and protocol, the socket reads and writes)
+and the process around the application.
 """
 
 from __future__ import annotations
@@ -36,6 +44,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -228,6 +237,75 @@ def table(figures: dict[str, float]) -> str:
     return "\n".join(lines)
 
 
+@contextlib.contextmanager
+def one_worker() -> Iterator[tuple[str, int]]:
+    """One gunicorn worker serving the application on this process's environment: its URL and pid."""
+    from taskforge.dev import launcher
+
+    port = launcher.free_port()
+    spec = launcher.api_server(host="127.0.0.1", port=port, workers=1)
+    with tempfile.NamedTemporaryFile(prefix="taskforge-phases-http-", suffix=".log") as log:
+        server = launcher.spawn(spec.argv, spec.environ(os.environ), log=Path(log.name), own_group=True)
+        try:
+            url = f"http://127.0.0.1:{port}"
+            launcher.wait_ready(url, process=server, output=lambda: Path(log.name).read_text()[-3000:])
+            (worker,) = launcher.child_pids(server.pid)
+            yield url, worker
+        finally:
+            launcher.terminate(server, grace=10, group=True)
+
+
+def over_http(url: str, worker: int, key: str, requests: int) -> dict[str, float]:
+    """Single enqueues sent one at a time over one keep-alive connection: ``worker``'s CPU per enqueue, in µs.
+
+    ``url`` is served by the one gunicorn worker ``worker``; ``key`` is a
+    producer key and the queue ``QUEUE`` exists.
+    """
+    import httpx
+
+    body = orjson.dumps({"payload": {"n": 1}})
+    headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
+    # httpx logs each request at INFO: in this process, through the project's logging, a line per enqueue.
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+    with httpx.Client(base_url=url, headers=headers, timeout=30) as client:
+
+        def enqueue() -> None:
+            answer = client.post(f"/queues/{QUEUE}/tasks", content=body)
+            if answer.status_code != 201:
+                raise RuntimeError(f"an enqueue was answered {answer.status_code}, not 201")
+
+        for _ in range(WARM_UP_REQUESTS):
+            enqueue()
+        user_before, system_before = _user_and_system_seconds(worker)
+        for _ in range(requests):
+            enqueue()
+        user, system = _user_and_system_seconds(worker)
+    per_enqueue = 1e6 / requests
+    user, system = (user - user_before) * per_enqueue, (system - system_before) * per_enqueue
+    return {"user": user, "system": system, "in all": user + system}
+
+
+def _user_and_system_seconds(pid: int) -> tuple[float, float]:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    tick = os.sysconf("SC_CLK_TCK")
+    return int(fields[11]) / tick, int(fields[12]) / tick
+
+
+def http_table(served: dict[str, float], in_process: dict[str, float]) -> str:
+    """The worker's CPU per enqueue over HTTP, and how much more than the application's in-process figure."""
+    extra = served["in all"] - in_process["the process, in all"]
+    return "\n".join(
+        [
+            "| Over HTTP | µs per enqueue |",
+            "| --- | ---: |",
+            f"| user | {served['user']:.0f} |",
+            f"| system | {served['system']:.0f} |",
+            f"| the worker process, in all | {served['in all']:.0f} |",
+            f"| more than in-process (the HTTP server and the process around the application) | {extra:.0f} |",
+        ]
+    )
+
+
 def _prepare(server_database_url: str, server_redis_url: str) -> str:
     """A fresh database and the bench's Redis DB, named in this process's environment; the database's name."""
     import redis
@@ -277,6 +355,8 @@ def _application_and_key() -> tuple[Any, str]:
 def main(argv: list[str]) -> int:
     import uvloop  # what gunicorn's uvicorn worker runs
 
+    http = "--http" in argv
+    argv = [arg for arg in argv if arg != "--http"]
     requests = int(argv[0]) if argv else DEFAULT_REQUESTS
     server_database_url = os.environ.get("DATABASE_URL", "")
     server_redis_url = os.environ.get("REDIS_URL", "")
@@ -290,6 +370,11 @@ def main(argv: list[str]) -> int:
             figures = uvloop.run(_quietly(devnull, measure(application, key, requests)))
         print(f"CPU of one single enqueue inside an API process, {requests:,} enqueues in a row:\n")
         print(table(figures))
+        if http:
+            with one_worker() as (url, worker):
+                served = over_http(url, worker, key, requests)
+            print(f"\nThe same over HTTP to one gunicorn worker, {requests:,} enqueues in a row (its CPU, /proc):\n")
+            print(http_table(served, figures))
     finally:
         _drop(name, server_database_url)
     return 0

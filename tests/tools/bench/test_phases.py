@@ -55,3 +55,19 @@ def test_every_phase_of_an_enqueue_is_measured_through_the_application(make_key)
     assert all(figures[label] > 0 for label in labels)
     assert figures["event loop, the rest"] >= 0
     assert "| the process, in all |" in phases.table(figures)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_same_enqueues_over_http_are_measured_at_the_worker(make_key, live_stack):
+    from taskforge.dev import launcher
+
+    Queue.objects.create(name=phases.QUEUE)
+    key = make_key("producer")
+    url = live_stack.start_api(workers=1)
+    (worker,) = launcher.child_pids(live_stack.processes[-1].pid)
+    figures = phases.over_http(url, worker, key, requests=60)
+    assert Task.objects.filter(queue__name=phases.QUEUE).count() == phases.WARM_UP_REQUESTS + 60
+    # The worker's own clock ticks: user time for 260 enqueues is well above one tick (10 ms).
+    assert figures["user"] > 0 and figures["in all"] == pytest.approx(figures["user"] + figures["system"])
+    table = phases.http_table(figures, {"the process, in all": 1.0})
+    assert "| the worker process, in all |" in table
