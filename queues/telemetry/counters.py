@@ -28,7 +28,8 @@ observation is one ``HINCRBY`` whatever its value. The keys share the
 Writes are batched per process without delaying an idle one: a move is
 written at once unless this process wrote less than ``BATCH_WINDOW_SECONDS``
 ago; then it joins the next write, which a background thread sends when the
-window ends. A busy API process thus writes about 50 times a second, not once
+window ends (``taskforge.infra.write_window``, shared with the request
+metrics). A busy API process thus writes about 50 times a second, not once
 per request (``make bench`` counted one Redis round trip, some 15% of a
 single enqueue's CPU, in the per-request write), and an idle one as soon as
 it moves a task. ``snapshot()`` first writes what this process holds, and a
@@ -47,7 +48,6 @@ import asyncio
 import atexit
 import logging
 import math
-import os
 import threading
 import time
 from collections import Counter
@@ -59,6 +59,7 @@ import redis
 from django.conf import settings
 
 from taskforge.infra.redis import redis_client
+from taskforge.infra.write_window import WriteWindow
 
 logger = logging.getLogger("taskforge.metrics")
 
@@ -167,10 +168,10 @@ class _Outbox:
     last_warning: float = -math.inf
     failures_since_warning: int = 0
     dropped: int = 0
-    written_at: float = -math.inf  # monotonic time of the last write attempt
-    writer: threading.Thread | None = None
-    writer_pid: int = 0
-    wake: threading.Event = field(default_factory=threading.Event)
+    # When this process last tried a write, and the thread that writes at the end of a window.
+    window: WriteWindow = field(
+        default_factory=lambda: WriteWindow(BATCH_WINDOW_SECONDS, lambda: flush(), thread_name="metrics-writer")
+    )
 
     def add(self, increments: Increments) -> None:
         for series, amount in increments.items():
@@ -206,10 +207,9 @@ def _batched(increments: Increments) -> bool:
     """Leave ``increments`` to the writer's next write when this process wrote within the window; else False."""
     outbox = _outbox
     with outbox.lock:
-        if time.monotonic() - outbox.written_at < BATCH_WINDOW_SECONDS:
+        if outbox.window.open():
             outbox.add(increments)
-            _ensure_writer(outbox)
-            outbox.wake.set()
+            outbox.window.write_at_end()
             return True
     return False
 
@@ -219,31 +219,8 @@ def forget_pending() -> None:
     increments of an earlier test must not land in the next test's counters)."""
     with _outbox.writing, _outbox.lock:  # after any write in flight
         _outbox.pending.clear()
-        _outbox.written_at = -math.inf
+        _outbox.window.forget()
         _outbox.retry_at = 0.0
-
-
-def _ensure_writer(outbox: _Outbox) -> None:
-    """The thread that writes what waits at the end of each window (one per process, started on first use)."""
-    if outbox.writer is not None and outbox.writer_pid == os.getpid() and outbox.writer.is_alive():
-        return
-    outbox.writer_pid = os.getpid()  # a forked child starts its own: threads do not survive fork
-    outbox.wake = threading.Event()
-    outbox.writer = threading.Thread(target=_write_batches, args=(outbox,), name="metrics-writer", daemon=True)
-    outbox.writer.start()
-
-
-def _write_batches(outbox: _Outbox) -> None:
-    while True:
-        outbox.wake.wait()
-        outbox.wake.clear()
-        delay = outbox.written_at + BATCH_WINDOW_SECONDS - time.monotonic()
-        if delay > 0:
-            time.sleep(delay)
-        try:
-            flush()
-        except Exception:  # never lose the thread: the next move wakes it again
-            logger.exception("writing metrics failed", extra={"event": "metrics.error"})
 
 
 def flush(increments: Increments | None = None) -> bool:
@@ -268,7 +245,7 @@ def _write(outbox: _Outbox, increments: Increments | None) -> bool:
         if time.monotonic() < outbox.retry_at:
             return False
         batch, outbox.pending = outbox.pending, Counter()
-        outbox.written_at = time.monotonic()
+        outbox.window.wrote()
     try:
         pipe = redis_client().pipeline(transaction=True)
         for (key, name), amount in sorted(batch.items()):

@@ -13,7 +13,8 @@ together (one write per series moved, however many requests moved it):
 * at once, when a request's metrics are done (:func:`settle`) and this
   process wrote none in the last ``WINDOW_SECONDS``: a lone request is on
   ``/metrics`` by the time its answer has left;
-* otherwise by a writer thread at the end of that window;
+* otherwise by a writer thread at the end of that window
+  (``taskforge.infra.write_window``, as the task counters are);
 * before this process renders ``/metrics`` (:func:`write_pending`), and at exit.
 
 So a scrape answered by another process of the same server may miss this
@@ -29,8 +30,9 @@ from __future__ import annotations
 import atexit
 import os
 import threading
-import time
 from typing import Any
+
+from taskforge.infra.write_window import WriteWindow
 
 WINDOW_SECONDS = 0.02
 
@@ -39,14 +41,14 @@ _writing = threading.Lock()  # held for a whole write: after write_pending(), th
 _queued: list[_Deferred] = []
 
 
-class _Writer:
-    """When this process last wrote, and the thread that writes at the end of a window."""
+def _write_at_window_end() -> None:
+    global _woken
+    _woken = False  # before the write: a move made during it wakes the thread again
+    write_pending()
 
-    written_at = -1e9  # time.monotonic() of the last write
-    woken = False  # the thread has been told to write and has not yet
-    thread: threading.Thread | None = None
-    pid = 0
-    wake = threading.Event()
+
+_window = WriteWindow(WINDOW_SECONDS, _write_at_window_end, thread_name="request-metrics-writer")
+_woken = False  # the window's thread has been told to write and has not begun yet
 
 
 class _Deferred:
@@ -101,14 +103,14 @@ def defer_writes[S](series: S) -> S:
 
 def settle() -> None:
     """A request's metrics are all moved: write them now after a quiet spell, else by the window's end."""
+    global _woken
     if not _queued:
         return
-    if time.monotonic() - _Writer.written_at >= WINDOW_SECONDS:
+    if not _window.open():
         write_pending()
-    elif not _Writer.woken:
-        _Writer.woken = True
-        _ensure_writer()
-        _Writer.wake.set()
+    elif not _woken:
+        _woken = True
+        _window.write_at_end()
 
 
 def write_pending() -> None:
@@ -120,41 +122,21 @@ def write_pending() -> None:
                 deferred.pending = 0.0
                 deferred.queued = False
             _queued.clear()
-            _Writer.written_at = time.monotonic()
+            _window.wrote()
         for deferred, amount in batch:
             deferred.value.inc(amount)
-
-
-def _ensure_writer() -> None:
-    if _Writer.thread is not None and _Writer.pid == os.getpid() and _Writer.thread.is_alive():
-        return
-    _Writer.pid = os.getpid()
-    _Writer.thread = threading.Thread(target=_write_batches, name="request-metrics-writer", daemon=True)
-    _Writer.thread.start()
-
-
-def _write_batches() -> None:
-    while True:
-        _Writer.wake.wait()
-        _Writer.wake.clear()
-        delay = _Writer.written_at + WINDOW_SECONDS - time.monotonic()
-        if delay > 0:
-            time.sleep(delay)
-        _Writer.woken = False  # before the write: a move made during it wakes the thread again
-        write_pending()
 
 
 def _forget_in_child() -> None:
     # A forked child starts with its parent's pending moves, which are the parent's to write; its
     # locks may have been held by a parent's thread that does not exist here.
-    global _lock, _writing
+    global _lock, _writing, _woken
     _lock, _writing = threading.Lock(), threading.Lock()
     for deferred in _queued:
         deferred.pending = 0.0
         deferred.queued = False
     _queued.clear()
-    _Writer.woken = False
-    _Writer.wake = threading.Event()
+    _woken = False
 
 
 os.register_at_fork(after_in_child=_forget_in_child)
