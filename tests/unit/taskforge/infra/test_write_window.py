@@ -9,15 +9,7 @@ import time
 import pytest
 
 from taskforge.infra.write_window import WriteWindow
-
-
-def _until(condition, timeout: float = 5.0) -> bool:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.005)
-    return False
+from tests.push_receiver import wait_until
 
 
 def test_a_window_is_open_only_for_its_length_after_a_write() -> None:
@@ -43,7 +35,7 @@ def test_moves_within_a_window_are_written_once_by_its_thread_at_its_end() -> No
         window.write_at_end()
     time.sleep(0.1)
     assert writes == []  # not before the window ends
-    assert _until(lambda: len(writes) == 1)
+    wait_until(lambda: len(writes) == 1, timeout=5, interval=0.005)
     time.sleep(0.1)
     assert len(writes) == 1
     at, thread = writes[0]
@@ -61,7 +53,7 @@ def test_a_failed_write_is_logged_and_the_thread_goes_on(caplog: pytest.LogCaptu
     window = WriteWindow(0.05, write, thread_name="test-window")
     with caplog.at_level(logging.ERROR, logger="taskforge.metrics"):
         window.write_at_end()
-        assert _until(lambda: len(attempts) == 1)
-        assert _until(lambda: any(r.getMessage() == "writing metrics failed" for r in caplog.records))
+        wait_until(lambda: len(attempts) == 1, timeout=5, interval=0.005)
+        wait_until(lambda: any(r.getMessage() == "writing metrics failed" for r in caplog.records), timeout=5)
     window.write_at_end()
-    assert _until(lambda: len(attempts) == 2)
+    wait_until(lambda: len(attempts) == 2, timeout=5, interval=0.005)
