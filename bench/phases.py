@@ -263,6 +263,8 @@ def over_http(url: str, worker: int, key: str, requests: int) -> dict[str, float
     """
     import httpx
 
+    from bench.stack import user_and_system_seconds
+
     body = orjson.dumps({"payload": {"n": 1}})
     headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
     # httpx logs each request at INFO: in this process, through the project's logging, a line per enqueue.
@@ -276,19 +278,13 @@ def over_http(url: str, worker: int, key: str, requests: int) -> dict[str, float
 
         for _ in range(WARM_UP_REQUESTS):
             enqueue()
-        user_before, system_before = _user_and_system_seconds(worker)
+        user_before, system_before = user_and_system_seconds(worker)
         for _ in range(requests):
             enqueue()
-        user, system = _user_and_system_seconds(worker)
+        user, system = user_and_system_seconds(worker)
     per_enqueue = 1e6 / requests
     user, system = (user - user_before) * per_enqueue, (system - system_before) * per_enqueue
     return {"user": user, "system": system, "in all": user + system}
-
-
-def _user_and_system_seconds(pid: int) -> tuple[float, float]:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    tick = os.sysconf("SC_CLK_TCK")
-    return int(fields[11]) / tick, int(fields[12]) / tick
 
 
 def http_table(served: dict[str, float], in_process: dict[str, float]) -> str:

@@ -41,12 +41,18 @@ REDIS_START_TIMEOUT_SECONDS = 10.0
 
 def cpu_seconds(pid: int) -> float:
     """User + system CPU time of one process (0 once it is gone)."""
+    return sum(user_and_system_seconds(pid))
+
+
+def user_and_system_seconds(pid: int) -> tuple[float, float]:
+    """User and system CPU time of one process ((0, 0) once it is gone)."""
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     except OSError:
-        return 0.0
+        return 0.0, 0.0
     # After the command name: state is field 3, utime and stime are fields 14 and 15 (proc(5)).
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    tick = os.sysconf("SC_CLK_TCK")
+    return int(fields[11]) / tick, int(fields[12]) / tick
 
 
 def descendants(pid: int) -> list[int]:
