@@ -26,10 +26,10 @@ observation is one ``HINCRBY`` whatever its value. The keys share the
 ``{metrics}`` hash tag, so the transaction also runs on Redis Cluster.
 
 Writes are batched per process without delaying an idle one: a move is
-written at once unless this process wrote less than ``BATCH_WINDOW_SECONDS``
-ago; then it joins the next write, which a background thread sends when the
-window ends (``taskforge.infra.write_window``, shared with the request
-metrics). A busy API process thus writes about 50 times a second, not once
+written at once unless this process wrote less than a window ago
+(``taskforge.infra.write_window.WINDOW_SECONDS``, a tenth of a second);
+then it joins the next write, which a background thread sends when the
+window ends (the same window as the request metrics'). A busy API process thus writes about 10 times a second, not once
 per request (``make bench`` counted one Redis round trip, some 15% of a
 single enqueue's CPU, in the per-request write), and an idle one as soon as
 it moves a task. ``snapshot()`` first writes what this process holds, and a
@@ -59,7 +59,7 @@ import redis
 from django.conf import settings
 
 from taskforge.infra.redis import redis_client
-from taskforge.infra.write_window import WriteWindow
+from taskforge.infra.write_window import WINDOW_SECONDS, WriteWindow
 
 logger = logging.getLogger("taskforge.metrics")
 
@@ -82,8 +82,6 @@ RETRY_AFTER_SECONDS = 5.0
 WARN_EVERY_SECONDS = 60.0
 # Distinct (key, field) pairs kept while Redis is away; beyond that, increments are dropped.
 MAX_PENDING_FIELDS = 10_000
-# A process writes its increments at most this often (the first move after a quiet spell at once).
-BATCH_WINDOW_SECONDS = 0.02
 
 
 def bucket_label(upper: float) -> str:
@@ -170,7 +168,7 @@ class _Outbox:
     dropped: int = 0
     # When this process last tried a write, and the thread that writes at the end of a window.
     window: WriteWindow = field(
-        default_factory=lambda: WriteWindow(BATCH_WINDOW_SECONDS, lambda: flush(), thread_name="metrics-writer")
+        default_factory=lambda: WriteWindow(WINDOW_SECONDS, lambda: flush(), thread_name="metrics-writer")
     )
 
     def add(self, increments: Increments) -> None:
@@ -186,7 +184,7 @@ _outbox = _Outbox()
 
 def record_transitions(rows: list[dict[str, Any]], queue_name: Callable[[Any], str]) -> None:
     """Add a committed batch of moves to the shared counters (never raises): written at once, or, if this
-    process wrote less than ``BATCH_WINDOW_SECONDS`` ago, with the next write at the end of the window."""
+    process wrote less than ``WINDOW_SECONDS`` ago, with the next write at the end of the window."""
     record(increments_for(rows, queue_name))
 
 

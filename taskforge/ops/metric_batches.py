@@ -1,4 +1,4 @@
-"""Request metrics written to their shared files in batches: at once after a quiet spell, else every 20 ms.
+"""Request metrics written to their shared files in batches: at once after a quiet spell, else every 0.1 s.
 
 Each request moves sixteen values of django-prometheus' request metrics
 (seven counters and three histograms, an observation being a sum and a
@@ -32,9 +32,7 @@ import os
 import threading
 from typing import Any
 
-from taskforge.infra.write_window import WriteWindow
-
-WINDOW_SECONDS = 0.02
+from taskforge.infra.write_window import WINDOW_SECONDS, WriteWindow
 
 _lock = threading.Lock()  # guards the pending amounts and the queue of values to write
 _writing = threading.Lock()  # held for a whole write: after write_pending(), the files hold every move
