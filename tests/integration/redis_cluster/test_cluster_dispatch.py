@@ -51,12 +51,14 @@ def test_a_waiting_claim_listens_on_the_doorbells_shard_and_wakes_at_once(redis_
     # Sharded pub/sub on the channel's shard; no classic subscription on any node.
     assert shard.pubsub_shardnumsub(channel)[0][1] >= 1
     assert all(redis_cluster.node(port).pubsub_numsub(channel)[0][1] == 0 for port in redis_cluster.live_ports())
-    rung = time.monotonic()
     task = enqueue(producer)
+    answered = time.monotonic()
 
     assert [t["id"] for t in poll.tasks()] == [task["id"]]
     # Woken by its bell: well before even the shorter re-check timer of a hub that lost its subscription.
-    assert time.monotonic() - rung < doorbell.DISCONNECTED_RECHECK_SECONDS / 2
+    # Timed from the enqueue's answer, not its start: on a loaded machine the test client alone has
+    # taken half a second to hand the request to its view.
+    assert time.monotonic() - answered < doorbell.DISCONNECTED_RECHECK_SECONDS / 2
 
 
 def test_djangos_cache_spans_slots(redis_cluster):
