@@ -29,11 +29,12 @@ Writes are batched per process without delaying an idle one: a move is
 written at once unless this process wrote less than a window ago
 (``taskforge.infra.write_window.WINDOW_SECONDS``, a tenth of a second);
 then it joins the next write, which a background thread sends when the
-window ends (the same window as the request metrics'). A busy API process thus writes about 10 times a second, not once
-per request (``make bench`` counted one Redis round trip, some 15% of a
-single enqueue's CPU, in the per-request write), and an idle one as soon as
-it moves a task. ``snapshot()`` first writes what this process holds, and a
-process that exits normally writes it too.
+window ends (the same window as the request metrics'). A busy API process
+thus writes about 10 times a second, not once per request (``make bench``
+counted one Redis round trip, some 15% of a single enqueue's CPU, in the
+per-request write), and an idle one as soon as it moves a task.
+``snapshot()`` first writes what this process holds, and a process that
+exits normally writes it too.
 
 Metrics are best-effort: Redis trouble never fails a transition. Increments
 that could not be written stay in this process (bounded) and go out with the

@@ -22,10 +22,10 @@ from collections.abc import Callable
 logger = logging.getLogger("taskforge.metrics")
 
 #: How long a busy process gathers moves before it writes them. Every write is a wake-up of the
-#: writer thread and its round trip or file writes: at 20 ms the two writers took 57 µs of each
-#: single enqueue's CPU (``python -m bench.phases``, 4,000 in a row), 336 µs per task-counter write.
-#: A tenth of a second is still far inside any scrape interval, and a process killed outright loses
-#: at most this much of its metrics (never a task).
+#: writer thread and its round trip or file writes (336-393 µs a task-counter write under load): at
+#: 20 ms the two writers took 87 µs of each single enqueue's CPU, at 0.1 s 16 µs (``python -m
+#: bench.phases``, 4,000 in a row; docs/performance.md). A tenth of a second is still far inside any
+#: scrape interval, and a process killed outright loses at most this much of its metrics (never a task).
 WINDOW_SECONDS = 0.1
 
 
