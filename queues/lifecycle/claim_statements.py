@@ -27,13 +27,19 @@ _PICK = """
     FOR UPDATE OF t SKIP LOCKED
 """
 
-# Leases the rows of a CTE named ``picked`` in the same statement. The second
-# condition on t.id reaches the picked rows through the primary key whatever the
-# planner guessed of their number. A LIMIT it cannot read (the top-up's below,
-# or any LIMIT of the generic plan a prepared statement settles on) it guesses
-# at a tenth of the queue's due rows, and for a few thousand it preferred
-# reading all of tf_task (the backlog and every finished task still kept) and
-# hashing it: 30-50 ms per claim at 80,000 tasks, growing with the table.
+# Leases the rows of a CTE named ``picked`` in the same statement, each through
+# the primary key: the join condition is written as an array test, which the
+# planner cannot hash or merge, so it probes the index once per picked row
+# whatever it guessed of their number. As a plain ``t.id = p.id`` a LIMIT it
+# cannot read (the top-up's below, or any LIMIT of the generic plan a prepared
+# statement settles on) was guessed at a tenth of the queue's due rows, and for
+# a few thousand it preferred reading all of tf_task (the backlog and every
+# finished task still kept) and hashing it: 30-50 ms per claim at 80,000 tasks,
+# growing with the table. (A second condition, ``t.id = ANY(ARRAY(SELECT id
+# FROM picked))``, did the same for a large table, but an array of unknown
+# length is guessed at 10 ids, and on a table just emptied it chose reading the
+# table more often than the plain join: make bench's CAP, a quarter more
+# Postgres CPU per task.)
 _LEASE = f"""
 , moved AS (
     UPDATE tf_task t
@@ -43,7 +49,7 @@ _LEASE = f"""
                                  now() + make_interval(secs => t.timeout_seconds)),
         attempts = t.attempts + 1, status_changed_at = now(), updated_at = now()
     FROM picked p
-    WHERE t.id = p.id AND t.id = ANY(ARRAY(SELECT id FROM picked))
+    WHERE t.id = ANY(ARRAY[p.id])
     RETURNING {_TASK_COLUMNS}, p.from_status, p.from_changed_at,
               t.claimed_by AS event_worker, NULL::text AS event_detail
 )
@@ -60,12 +66,13 @@ _SCAN = "tf_task t"
 # of enqueues); the subquery with OFFSET 0 is a fence that keeps one index probe
 # per id (0.2 ms). It names the id alone (the claim's WHERE checks the status): with the
 # status in it, stale statistics made the planner walk the partial ready index per id.
-# The ids come through a sub-SELECT so that the planner sees their number no more
-# when it plans for the ids at hand than when it plans once for any: with them in
-# plain sight, planning afresh always looked cheaper, and Postgres planned every
-# claim by ids anew (0.3-0.5 ms of its CPU each) instead of keeping one plan per
-# connection, as it does for every other statement here.
-_BY_IDS = """unnest((SELECT %(task_ids)s::uuid[])) AS wanted(id)
+# Postgres plans this statement afresh on every run (the ids in plain sight make
+# a plan for the ids at hand look cheaper than one kept for any), 0.3-0.5 ms of
+# its CPU per claim, and that is kept: a kept plan is made for the table as it
+# was at the connection's sixth claim, and one made on a nearly empty table (a
+# new deployment, a bench after TRUNCATE) went on reading the whole table for
+# every claim as the backlog grew, 18-230 ms each, until autovacuum's ANALYZE.
+_BY_IDS = """unnest(%(task_ids)s::uuid[]) AS wanted(id)
     CROSS JOIN LATERAL (SELECT * FROM tf_task x WHERE x.id = wanted.id OFFSET 0) t"""
 # One queue is compared with "=": the ordered scan of tf_task_ready then stops at
 # the LIMIT. "= ANY" (several queues) reads every due row of them and sorts.

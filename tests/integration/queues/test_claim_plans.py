@@ -6,8 +6,7 @@ and a one-queue claim must stop its ordered scan at the LIMIT, instead of
 reading every due pending task of the queue. The lease that follows updates
 the picked rows through the primary key, whatever the planner guessed of how
 many there would be, with fresh statistics and without, and with the generic
-plan a prepared statement settles on; and a claim by ids is planned once per
-connection, not once per call.
+plan a prepared statement settles on.
 """
 
 from __future__ import annotations
@@ -174,7 +173,7 @@ def analysed_backlog(backlog):  # type: ignore[no-untyped-def]
     return queue, ids
 
 
-def _tables_read_whole() -> int:
+def _sequential_scans_of_tasks() -> int:
     """Sequential scans of tf_task so far in this transaction (Postgres' own count, this session only)."""
     with connection.cursor() as cursor:
         cursor.execute("SELECT coalesce(sum(seq_scan), 0) FROM pg_stat_xact_user_tables WHERE relname = 'tf_task'")
@@ -194,35 +193,8 @@ def test_a_claim_never_reads_the_whole_task_table(analysed_backlog, name, plans)
     with transaction.atomic():
         with connection.cursor() as cursor:
             cursor.execute(f"SET LOCAL plan_cache_mode = {plans}")
-        before = _tables_read_whole()
+        before = _sequential_scans_of_tasks()
         for run in range(3):  # prepared on the first run, then run again as a prepared statement runs
             assert fetch_rows(sql, _variant_params(queue, ids[run * 10 :], name))
-        assert _tables_read_whole() == before
+        assert _sequential_scans_of_tasks() == before
         transaction.set_rollback(True)
-
-
-def _plans_of(statement: str) -> tuple[int, int]:
-    """How often this session ran ``statement`` (prepared) on a generic plan and on a custom one."""
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT generic_plans, custom_plans FROM pg_prepared_statements WHERE statement LIKE %s",
-            [f"%{statement}%"],
-        )
-        rows = cursor.fetchall()
-    return rows[0] if rows else (0, 0)
-
-
-def test_a_claim_by_ids_is_planned_once_per_connection_not_once_per_call(backlog):
-    # Postgres plans a prepared statement afresh for its first five runs, then keeps its generic plan
-    # when that is estimated no dearer. Given its ids as a plain parameter, a claim by ids looked
-    # cheaper planned for the ids at hand every time: 0.3-0.5 ms of planning on every claim.
-    queue, ids = backlog
-    marker = "unnest((SELECT"  # how a claim by ids takes its ids (claim_statements._BY_IDS)
-    assert marker in claim_statements.CLAIM_BY_IDS_FROM_ONE_QUEUE
-    generic_before, custom_before = _plans_of(marker)
-    for task_id in ids[:12]:
-        (row,) = lifecycle.claim("w-plan", [queue.id], 1, task_ids=[task_id])
-        assert row["id"] == task_id
-    generic, custom = _plans_of(marker)
-    assert custom - custom_before <= 5
-    assert generic - generic_before >= 7

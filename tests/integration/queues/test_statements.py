@@ -105,7 +105,7 @@ def test_the_registry_holds_every_statement_filled_in() -> None:
 
 
 def test_each_claim_variant_uses_its_own_source_and_queue_filter() -> None:
-    by_ids = "unnest((SELECT %(task_ids)s::uuid[]))"
+    by_ids = "unnest(%(task_ids)s::uuid[])"
     one_queue, some_queues = "t.queue_id = %(queue_id)s", "t.queue_id = ANY(%(queue_ids)s)"
     assert by_ids not in claim_statements.CLAIM_FROM_ONE_QUEUE and one_queue in claim_statements.CLAIM_FROM_ONE_QUEUE
     assert by_ids not in claim_statements.CLAIM_FROM_QUEUES and some_queues in claim_statements.CLAIM_FROM_QUEUES
