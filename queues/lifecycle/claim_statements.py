@@ -38,7 +38,7 @@ _PICK = """
 # growing with the table. (A second condition, ``t.id = ANY(ARRAY(SELECT id
 # FROM picked))``, did the same for a large table, but an array of unknown
 # length is guessed at 10 ids, and on a table just emptied it chose reading the
-# table more often than the plain join: make bench's CAP, a quarter more
+# table more often than the plain join: in quick CAP runs, two to five times the
 # Postgres CPU per task.)
 _LEASE = f"""
 , moved AS (
