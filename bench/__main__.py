@@ -168,6 +168,8 @@ def main() -> int:
                 continue
             try:
                 if name == "W6":
+                    print(f"== W6 reference: W3's drain, {cfg.runs} run(s)", flush=True)
+                    drain.measure_reference(ctx)
                     print(f"== W6 setup: {cfg.w6_history:,} finished tasks", flush=True)
                     drain.setup_history(ctx)
                     document["explain"] = _explain(ctx)
