@@ -6,10 +6,12 @@ one ``PUBLISH`` naming the queue and how many tasks arrived (0: unknown,
 wake everyone), on :func:`channel` for a pull queue, whose tasks workers
 claim, and on :func:`push_channel` for a push queue, whose tasks only the
 pusher takes. Every process that listens reads every bell of its channel
-(160-240 µs of CPU each, most of it redis-py's asyncio subscription and the
-event loop's wake-up), so the API processes do not hear the push queues'
-bells and the pusher does not hear the pull queues' (but for the few rung
-on both by callers that know a queue by its name only, see :func:`ring`).
+(65 µs of CPU each on a single server, where the event loop's own protocol
+reads the subscription, ``taskforge.infra.redis_subscriber``; 140-190 µs
+through redis-py's, which a Cluster, TLS and Sentinel keep), so the API
+processes do not hear the push queues' bells and the pusher does not hear
+the pull queues' (but for the few rung on both by callers that know a queue
+by its name only, see :func:`ring`).
 
 Whoever settles a task (``done``, ``dead`` or ``cancelled``) rings
 :func:`ring_settled`: one ``PUBLISH`` per task on its own channel
@@ -47,6 +49,7 @@ import redis
 import redis.asyncio as aioredis
 from django.conf import settings
 
+from taskforge.infra import redis_subscriber
 from taskforge.infra.redis import (
     Client,
     Pipeline,
@@ -140,9 +143,14 @@ def _parse(message: bytes) -> tuple[str, int]:
         return queue_name, 0
 
 
-async def _subscribe(pubsub: aioredis.client.PubSub, channels: list[str], *, sharded: bool, stop: bool = False) -> None:
+#: A live subscription: the loop's own protocol's, or redis-py's.
+Subscription = redis_subscriber.Subscriber | aioredis.client.PubSub
+
+
+async def _subscribe(pubsub: Subscription, channels: list[str], *, sharded: bool, stop: bool = False) -> None:
     """(Un)subscribe ``channels``: sharded pub/sub on a Cluster, classic pub/sub elsewhere."""
     if sharded:
+        assert isinstance(pubsub, aioredis.client.PubSub)  # a Cluster's subscription is redis-py's
         await (pubsub.sunsubscribe(*channels) if stop else pubsub.ssubscribe(*channels))
     else:
         await (pubsub.unsubscribe(*channels) if stop else pubsub.subscribe(*channels))
@@ -173,7 +181,9 @@ class Hub:
         self._settled = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         # The live subscription (while connected): task channels are added and dropped on it.
-        self._pubsub: aioredis.client.PubSub | None = None
+        self._pubsub: Subscription | None = None
+        # The channel of the claim bells, as messages name it.
+        self._claims_bytes = b""
         # Whether it is sharded pub/sub (on a Cluster).
         self._sharded = False
         # Claim bells heard, and changes of the subscription (see mark()).
@@ -255,16 +265,25 @@ class Hub:
         while True:
             claims = push_channel() if self.push else channel()
             client: aioredis.Redis | None = None
-            # Subscribe confirmations are read too: a Cluster ends a sharded
-            # subscription when its slot moves, and says so only that way.
-            pubsub: aioredis.client.PubSub | None = None
+            subscription: Subscription | None = None
             try:
                 sharded = cluster_target(settings.REDIS_URL) is not None
                 client = await async_pubsub_client(claims, socket_connect_timeout=2, health_check_interval=15)
-                pubsub = client.pubsub()
                 followed = self._followed()
-                await _subscribe(pubsub, [claims, *followed], sharded=sharded)
-                self._pubsub, self._sharded = pubsub, sharded
+                self._claims_bytes = claims.encode()
+                # A single server's subscription is read by the loop's own protocol (each bell handled
+                # as it arrives); a Cluster's sharded one, TLS and Sentinel stay with redis-py's.
+                own = None
+                if not sharded:
+                    own = await redis_subscriber.subscribe(
+                        client.connection_pool, [claims, *followed], self._heard_message
+                    )
+                if own is None:
+                    subscription = client.pubsub()
+                    await _subscribe(subscription, [claims, *followed], sharded=sharded)
+                else:
+                    subscription = own
+                self._pubsub, self._sharded = subscription, sharded
                 self.connected = True
                 self._heard += 1
                 self._settled.set()
@@ -273,20 +292,10 @@ class Hub:
                 await self._follow(sorted(self._followed() - followed))
                 # Bells may have rung while we were not listening.
                 self._wake_all()
-                claims_bytes = claims.encode()
-                while True:
-                    message = await pubsub.get_message(timeout=30.0)
-                    if message is None:
-                        continue
-                    kind = message.get("type")
-                    if kind in ("message", "smessage"):
-                        if message["channel"] == claims_bytes:
-                            self._heard += 1
-                            self._wake(*_parse(message["data"]))
-                        else:
-                            self._wake_task(message["channel"].decode().rpartition(":")[2])
-                    elif kind in ("unsubscribe", "sunsubscribe") and message["channel"] == claims_bytes:
-                        raise redis.ConnectionError("the doorbell channel's slot moved to another node")
+                if own is not None:
+                    await own.lost  # raises: why the subscription ended
+                else:
+                    await self._read(subscription)  # type: ignore[arg-type]  # redis-py's PubSub here
             except (redis.RedisError, OSError) as exc:
                 if self.connected:
                     logger.warning("doorbell subscription lost: %s", exc, extra={"event": "wakeup.disconnected"})
@@ -296,14 +305,37 @@ class Hub:
                 self._settled.set()
                 self._wake_all()  # let waiters fall back to polling Postgres
             finally:
-                if pubsub is not None:
+                if isinstance(subscription, redis_subscriber.Subscriber):
+                    subscription.close()
+                elif subscription is not None:
                     with contextlib.suppress(Exception):
-                        await pubsub.aclose()  # type: ignore[no-untyped-call]
+                        await subscription.aclose()  # type: ignore[no-untyped-call]
                 if client is not None:
                     with contextlib.suppress(Exception):
                         await client.aclose()
             await asyncio.sleep(backoff)
             backoff = min(backoff * 2, 5.0)
+
+    async def _read(self, pubsub: aioredis.client.PubSub) -> None:
+        """Hand redis-py's subscription's messages to :meth:`_heard_message` until it fails."""
+        # Subscribe confirmations are read too: a Cluster ends a sharded
+        # subscription when its slot moves, and says so only that way.
+        while True:
+            message = await pubsub.get_message(timeout=30.0)
+            if message is None:
+                continue
+            kind = message.get("type")
+            if kind in ("message", "smessage"):
+                self._heard_message(message["channel"], message["data"])
+            elif kind in ("unsubscribe", "sunsubscribe") and message["channel"] == self._claims_bytes:
+                raise redis.ConnectionError("the doorbell channel's slot moved to another node")
+
+    def _heard_message(self, channel_name: bytes, data: bytes) -> None:
+        if channel_name == self._claims_bytes:
+            self._heard += 1
+            self._wake(*_parse(data))
+        else:
+            self._wake_task(channel_name.decode().rpartition(":")[2])
 
     def _wake(self, queue_name: str, count: int) -> None:
         budget = count if count > 0 else None
