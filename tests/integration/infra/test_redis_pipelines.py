@@ -5,9 +5,7 @@ from __future__ import annotations
 import asyncio
 import shutil
 import signal
-import subprocess
 import time
-from collections.abc import Iterator
 
 import pytest
 import redis
@@ -20,7 +18,6 @@ from taskforge.infra import redis_pipelines
 from taskforge.infra.postgres import aio
 from taskforge.infra.redis import async_redis_client, redis_client
 from tests.integration.queues.loop import run
-from tests.live import free_port
 
 
 def _client():  # type: ignore[no-untyped-def]
@@ -131,31 +128,6 @@ def test_concurrent_pipelines_share_one_connection_and_each_gets_its_own_replies
     answers = run(scenario)
     assert [(added, got) for added, _, got in answers] == [(n, str(n).encode()) for n in range(1, 201)]
     assert len({connection for _, connection, _ in answers}) == 1  # pipelined on one connection, in order
-
-
-@pytest.fixture
-def own_redis(settings) -> Iterator[subprocess.Popen[bytes]]:
-    """A redis-server of the test's own, with a password, reached on database 3: this test stops it."""
-    port = free_port()
-    server = subprocess.Popen(
-        ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--requirepass", "sesame"],
-        stdout=subprocess.DEVNULL,
-    )
-    try:
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                redis.Redis(port=port, password="sesame", socket_timeout=1).ping()
-                break
-            except redis.ConnectionError:
-                assert time.monotonic() < deadline, "redis-server did not start"
-                time.sleep(0.05)
-        settings.REDIS_URL = f"redis://:sesame@127.0.0.1:{port}/3"
-        yield server
-    finally:
-        server.send_signal(signal.SIGCONT)
-        server.kill()
-        server.wait(10)
 
 
 @pytest.mark.skipif(shutil.which("redis-server") is None, reason="needs a redis-server binary")

@@ -6,9 +6,8 @@ from __future__ import annotations
 import asyncio
 import shutil
 import signal
-import subprocess
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 
 import pytest
 import redis
@@ -19,7 +18,6 @@ from queues.dispatch import doorbell
 from taskforge.infra import redis_subscriber
 from taskforge.infra.redis import async_pubsub_client, redis_client
 from tests.integration.queues.loop import run
-from tests.live import free_port
 
 Heard = list[tuple[bytes, bytes]]
 
@@ -94,31 +92,6 @@ def test_a_connection_killed_by_the_server_is_reported_lost():
         return subscriber.lost.exception()
 
     assert isinstance(run(scenario), RedisConnectionError)
-
-
-@pytest.fixture
-def own_redis(settings) -> Iterator[subprocess.Popen[bytes]]:
-    """A redis-server of the test's own, with a password, reached on database 3: this test stops it."""
-    port = free_port()
-    server = subprocess.Popen(
-        ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--requirepass", "sesame"],
-        stdout=subprocess.DEVNULL,
-    )
-    try:
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                redis.Redis(port=port, password="sesame", socket_timeout=1).ping()
-                break
-            except redis.ConnectionError:
-                assert time.monotonic() < deadline, "redis-server did not start"
-                time.sleep(0.05)
-        settings.REDIS_URL = f"redis://:sesame@127.0.0.1:{port}/3"
-        yield server
-    finally:
-        server.send_signal(signal.SIGCONT)
-        server.kill()
-        server.wait(10)
 
 
 @pytest.mark.skipif(shutil.which("redis-server") is None, reason="needs a redis-server binary")
