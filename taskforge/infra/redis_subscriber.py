@@ -77,10 +77,11 @@ class Subscriber(Wire):
 
     async def subscribe(self, *channels: str, confirmed: bool = False) -> None:
         """Subscribe ``channels``; with ``confirmed``, return once the server has confirmed the first."""
+        waiting: asyncio.Future[None] | None = None
         if confirmed and channels:
             waiting = self._confirmed[channels[0].encode()] = asyncio.get_running_loop().create_future()
         self._write(("SUBSCRIBE", *channels))
-        if confirmed and channels:
+        if waiting is not None:
             await waiting
 
     async def unsubscribe(self, *channels: str) -> None:

@@ -81,17 +81,16 @@ def _kill(subscriber: redis_subscriber.Subscriber) -> None:
 
 
 def test_a_connection_killed_by_the_server_is_reported_lost():
-    async def scenario() -> BaseException | None:
+    async def scenario() -> None:
         subscriber = await _open(["subscriber:killed"], [])
         _kill(subscriber)
         with pytest.raises(RedisConnectionError):
             await asyncio.wait_for(subscriber.lost, 5)
         assert not subscriber.open
-        with pytest.raises(RedisConnectionError):
+        with pytest.raises(RedisConnectionError):  # nothing more goes over it
             await subscriber.subscribe("subscriber:after")
-        return subscriber.lost.exception()
 
-    assert isinstance(run(scenario), RedisConnectionError)
+    run(scenario)
 
 
 @pytest.mark.skipif(shutil.which("redis-server") is None, reason="needs a redis-server binary")
