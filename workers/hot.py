@@ -1,4 +1,4 @@
-"""The single-task worker calls at the lean edge (taskforge.http.lean): the views' own functions, without DRF.
+"""The worker calls at the lean edge (taskforge.http.lean): the views' own functions, without DRF.
 
 A claim of up to ``LOOP_CLAIM_MAX_TASKS`` tasks from one named pull queue
 with no rate limit (a larger one once its long poll waited, from a lane
@@ -14,6 +14,11 @@ pool then tells which error it is).
 
 A claim keeps its long poll: each attempt is the whole request again, and
 the wait between attempts is ``workers.longpoll``'s one loop.
+
+The acks and nacks of several tasks (``/workers/ack/batch``,
+``/workers/nack/batch``: what the reference worker sends at its defaults)
+are always one call on the thread pool, as a batch enqueue is: the edge
+spares them Django's middleware and DRF's dispatch, not the thread.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from workers import controls, longpoll, registry
 from workers.inputs import AckSerializer, HeartbeatSerializer, LeaseItemSerializer, NackSerializer, validate_lease_call
 from workers.views import (
     ReadBody,
+    ack_batch,
     ack_one,
     claim_once,
     claim_outcome,
@@ -38,6 +44,7 @@ from workers.views import (
     controlled,
     heartbeat_answer,
     heartbeat_one,
+    nack_batch,
     nack_item_of,
     nack_one,
     task_answer,
@@ -168,11 +175,23 @@ async def _ack(call: LeanCall, in_thread: InThread[Any]) -> Answer:
     return answer
 
 
+async def _ack_batch(call: LeanCall, in_thread: InThread[Any]) -> Answer:
+    answer: Answer = await in_thread(lambda: _authorized(ack_batch)(call))
+    return answer
+
+
+async def _nack_batch(call: LeanCall, in_thread: InThread[Any]) -> Answer:
+    answer: Answer = await in_thread(lambda: _authorized(nack_batch)(call))
+    return answer
+
+
 def routes() -> list[Route]:
-    """Claim, heartbeat, ack and nack of one task, as ``workers.views`` answers them."""
+    """Claim, heartbeat, ack and nack of one task, acks and nacks of several, as ``workers.views`` answers them."""
     return [
         Route("POST", "worker-claim", _claim),
         Route("POST", "worker-heartbeat", _heartbeat),
         Route("POST", "worker-ack", _ack),
+        Route("POST", "worker-ack-batch", _ack_batch),
         Route("POST", "worker-nack", _nack),
+        Route("POST", "worker-nack-batch", _nack_batch),
     ]

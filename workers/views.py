@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from django.http import HttpResponse
@@ -150,6 +150,32 @@ def nack_one(read_body: ReadBody) -> Answer:
     return task_answer(lifecycle.nack_item(nack_item_of(fields), worker_id=fields["worker_id"]))
 
 
+def ack_batch(read_body: ReadBody) -> Answer:
+    """``POST /workers/ack/batch``: each item's outcome in order, a refused item beside the acked ones."""
+    fields = _validated(AckBatchSerializer, read_body())
+    registry.seen(fields["worker_id"])
+    items = [lifecycle.AckItem(i["task_id"], i["lease_token"], i["result"]) for i in fields["items"]]
+    return _batch_answer(items, lifecycle.ack_many(fields["worker_id"], items))
+
+
+def nack_batch(read_body: ReadBody) -> Answer:
+    """``POST /workers/nack/batch``, as :func:`ack_batch`."""
+    fields = _validated(NackBatchSerializer, read_body())
+    registry.seen(fields["worker_id"])
+    items = [
+        lifecycle.NackItem(
+            i["task_id"], i["error"], i["lease_token"], i["retry"], i["retry_after_seconds"], i["release"]
+        )
+        for i in fields["items"]
+    ]
+    return _batch_answer(items, lifecycle.nack_many(fields["worker_id"], items))
+
+
+def _batch_answer(items: Sequence[lifecycle.AckItem | lifecycle.NackItem], outcomes: list[Any]) -> Answer:
+    results = [_batch_result(item.task_id, outcome) for item, outcome in zip(items, outcomes, strict=True)]
+    return 200, {"results": results}
+
+
 def nack_item_of(fields: dict[str, Any]) -> lifecycle.NackItem:
     """The move a nack's validated fields ask for."""
     return lifecycle.NackItem(
@@ -208,13 +234,8 @@ class AckBatchView(APIView):
     roles = {"POST": Role.WORKER}
 
     def post(self, request: Request) -> Response:
-        fields = _validated(AckBatchSerializer, request.data)
-        registry.seen(fields["worker_id"])
-        items = [lifecycle.AckItem(i["task_id"], i["lease_token"], i["result"]) for i in fields["items"]]
-        outcomes = lifecycle.ack_many(fields["worker_id"], items)
-        return Response(
-            {"results": [_batch_result(item.task_id, outcome) for item, outcome in zip(items, outcomes, strict=True)]}
-        )
+        status, body = ack_batch(lambda: request.data)
+        return Response(body, status=status)
 
 
 @openapi.nack_batch_schema
@@ -222,18 +243,8 @@ class NackBatchView(APIView):
     roles = {"POST": Role.WORKER}
 
     def post(self, request: Request) -> Response:
-        fields = _validated(NackBatchSerializer, request.data)
-        registry.seen(fields["worker_id"])
-        items = [
-            lifecycle.NackItem(
-                i["task_id"], i["error"], i["lease_token"], i["retry"], i["retry_after_seconds"], i["release"]
-            )
-            for i in fields["items"]
-        ]
-        outcomes = lifecycle.nack_many(fields["worker_id"], items)
-        return Response(
-            {"results": [_batch_result(item.task_id, outcome) for item, outcome in zip(items, outcomes, strict=True)]}
-        )
+        status, body = nack_batch(lambda: request.data)
+        return Response(body, status=status)
 
 
 @openapi.worker_list_schema

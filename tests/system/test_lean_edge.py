@@ -1,7 +1,8 @@
 """The hot calls at the lean edge answer over HTTP exactly as Django's path does.
 
 A real server (gunicorn, the uvicorn worker, ``taskforge.asgi``) serves
-enqueue (single and batch), claim, heartbeat, ack and nack through ``taskforge.http.lean``; the
+enqueue (single and batch), claim, heartbeat, ack and nack (single and batch) through
+``taskforge.http.lean``; the
 same requests sent through Django's own stack (DRF's test client) are the
 reference: same status, same body, same ``Allow`` and ``WWW-Authenticate``,
 for successes and for every refusal (401, 403, 404, 405, 413, 415, 400, in
@@ -38,7 +39,9 @@ VIEWS = {
     "/workers/claim": "worker-claim",
     "/workers/heartbeat": "worker-heartbeat",
     "/workers/ack": "worker-ack",
+    "/workers/ack/batch": "worker-ack-batch",
     "/workers/nack": "worker-nack",
+    "/workers/nack/batch": "worker-nack-batch",
 }
 JSON = "application/json"
 # Fields that differ between two answers of the same kind (new ids, clocks).
@@ -173,6 +176,16 @@ def test_every_hot_call_answers_as_django_does(world) -> None:
     both.same("POST", "/workers/heartbeat", lease, key=worker, expect=404)
     both.same("POST", "/workers/ack", lease, key=worker, expect=404)
     both.same("POST", "/workers/nack", {**lease, "error": "e"}, key=worker, expect=404)
+    # The batch forms: an unknown task is its item's error beside the others; the list's own bounds.
+    for path, item in (("/workers/ack/batch", lease), ("/workers/nack/batch", {**lease, "error": "e"})):
+        bare = {k: v for k, v in item.items() if k != "worker_id"}
+        answered = both.same("POST", path, {"worker_id": "w", "items": [bare, bare]}, key=worker, expect=200)
+        assert [r["error"]["code"] for r in answered["results"]] == ["not_found", "not_found"], answered
+        refused = both.same("POST", path, {"worker_id": "w", "items": [bare, {"task_id": "x"}]}, key=worker, expect=400)
+        assert any(name.startswith("items.1") for name in refused["error"]["fields"]), refused
+        both.same("POST", path, {"worker_id": "w", "items": []}, key=worker, expect=400)
+        both.same("POST", path, {"worker_id": "w", "items": [bare] * 101}, key=worker, expect=400)
+        both.same("POST", path, {"worker_id": "w", "items": bare}, key=worker, expect=400)
 
     # Successes: the live server's own (each changes state, so no reference run).
     def live(path: str, body: dict[str, Any], key: str, **headers: str) -> httpx.Response:
@@ -217,6 +230,22 @@ def test_every_hot_call_answers_as_django_does(world) -> None:
     assert nacked.status_code == 200 and nacked.json()["status"] == "dead", nacked.text
     empty = live("/workers/claim", {"worker_id": "w", "queue": "lean", "wait_seconds": 1}, worker)
     assert empty.status_code == 200 and empty.json() == {"tasks": []}
+    # Acks and nacks of several: each item's outcome, in order, a stale lease beside an acked task.
+    for n in range(3):
+        live("/queues/lean/tasks", {"payload": {"n": n}}, producer)
+    held = live("/workers/claim", {"worker_id": "w", "queue": "lean", "max_tasks": 3}, worker).json()["tasks"]
+    assert len(held) == 3, held
+    items = [{"task_id": t["id"], "lease_token": t["lease_token"]} for t in held]
+    acked = live(
+        "/workers/ack/batch", {"worker_id": "w", "items": [items[0], {**items[1], "lease_token": "nope"}]}, worker
+    )
+    assert acked.status_code == 200, acked.text
+    assert [r.get("status") or r["error"]["code"] for r in acked.json()["results"]] == ["done", "lease_lost"]
+    nacked = live("/workers/nack/batch", {"worker_id": "w", "items": [{**i, "error": "boom", "retry": False}
+                                                                        for i in items[1:]]}, worker)  # fmt: skip
+    assert nacked.status_code == 200 and [r["status"] for r in nacked.json()["results"]] == ["dead", "dead"], (
+        nacked.text
+    )
     # A batch: created in one call, an item's idempotency key replayed, then reused with another body.
     keyed = {"tasks": [{"payload": {"n": 5}, "idempotency_key": "b1"}, {"payload": {"n": 3}, "priority": 9}]}
     made = live("/queues/lean/tasks/batch", keyed, producer)

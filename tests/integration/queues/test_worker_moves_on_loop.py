@@ -510,3 +510,24 @@ def test_a_warm_nack_runs_on_the_loop_and_one_on_a_lease_not_held_is_the_thread_
         edge.call("worker-nack", lost)
     assert edge.in_threads[before:] == ["worker-nack"]  # the loop's lock found nothing: the thread pool said why
     assert Task.objects.get(id=lost["task_id"]).status == "claimed"
+
+
+def test_batch_acks_and_nacks_are_served_by_the_edge_on_the_thread_pool(monkeypatch):
+    """The reference worker's batch forms: each one call on the thread pool, each item's outcome in order."""
+    _, edge, held = _leases_held("edge-batches", "w-batches", monkeypatch)
+    leases = [{k: v for k, v in next(held).items() if k != "worker_id"} for _ in range(4)]
+
+    before = len(edge.in_threads)
+    status, acked = edge.call(
+        "worker-ack-batch", {"worker_id": "w-batches", "items": [leases[0], {**leases[1], "lease_token": "nope"}]}
+    )
+    assert status == 200
+    assert [r.get("status") or r["error"]["code"] for r in acked["results"]] == ["done", "lease_lost"]
+    status, nacked = edge.call(
+        "worker-nack-batch",
+        {"worker_id": "w-batches", "items": [{**lease, "error": "boom"} for lease in leases[1:]]},
+    )
+    assert status == 200 and [r["status"] for r in nacked["results"]] == ["retry", "retry", "retry"]
+    assert edge.in_threads[before:] == ["worker-ack-batch", "worker-nack-batch"]
+    assert Task.objects.get(id=leases[0]["task_id"]).status == "done"
+    assert {Task.objects.get(id=lease["task_id"]).status for lease in leases[1:]} == {"retry"}

@@ -2,8 +2,9 @@
 
 ``test_schemathesis`` fuzzes every operation through Django's WSGI handler,
 in process; the ASGI server answers enqueue, batch enqueue, claim, heartbeat,
-ack and nack through ``taskforge.http.lean`` instead, so those six are fuzzed
-again over HTTP, with the same checks, the same schema and the same roles. Bounded like
+ack, nack and the batch acks and nacks through ``taskforge.http.lean`` instead,
+so those eight are fuzzed again over HTTP, with the same checks, the same
+schema and the same roles. Bounded like
 the in-process fuzz (``FUZZ_MAX_EXAMPLES``).
 """
 
@@ -24,7 +25,9 @@ HOT = (
     "/workers/claim",
     "/workers/heartbeat",
     "/workers/ack",
+    "/workers/ack/batch",
     "/workers/nack",
+    "/workers/nack/batch",
 )
 hot_calls = schema.include(method="POST", path=list(HOT))
 
