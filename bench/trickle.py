@@ -15,6 +15,8 @@ from bench.single_producer import run_taskforge_producer
 
 QUEUE = "bench_w8"
 RATE = "end-to-end tasks/s (1 producer, 2 workers at defaults)"
+#: Each task's enqueue, its share of the claims and acks, and the bells: W0's figure beside it is the enqueue alone.
+API_CPU = "API CPU per task (enqueue, claim, ack)"
 PEER_WORKERS = {
     "Celery": "prefork -c 2",
     "Huey": "-k process -w 2",
@@ -41,14 +43,17 @@ def w8(ctx: Context, run: int) -> None:
     # One task first: once it is done, both workers are up and long-polling.
     warmup_id = ctx.preload(QUEUE, 1)
     ctx.wait_drained(queue_id, workers, peer.READY_TIMEOUT_SECONDS)
+    api_cpu = ctx.stack.api_cpu_seconds()
     window, ids, _ = run_taskforge_producer(ctx, QUEUE, cfg.w8_seconds)
     done = done_between(ctx, window.started, window.ended)
     ctx.wait_drained(queue_id, workers, cfg.drain_timeout)
+    api_cpu = ctx.stack.api_cpu_seconds() - api_cpu
     ctx.stop_workers(workers)
     ctx.check_exactly_once("W8", warmup_id + ids)
     rate = done / window.seconds
     ctx.figures.add("W8", RATE, rate)
     ctx.figures.add("W8", "producer tasks/s (while draining)", window.rate)
+    ctx.figures.add("W8", API_CPU, api_cpu * 1000 / len(ids))
 
     problems = []
     for entry in peers.in_run(ctx):
@@ -81,6 +86,12 @@ def define(ctx: Context) -> None:
     f = ctx.figures
     f.define("W8", RATE, "tasks/s", (">=", 1000), note="done events during the producer's window")
     f.define("W8", "producer tasks/s (while draining)", "tasks/s")
+    f.define(
+        "W8",
+        API_CPU,
+        "ms",
+        note="user+system CPU of the gunicorn workers from the producer's start to the drain's end / tasks",
+    )
     for name in PEER_WORKERS:
         f.define("W8", _peer_rate(name), "tasks/s", note="its handler's count during the producer's window")
         # TaskForge must at least keep up with Celery in the same run.
