@@ -22,6 +22,8 @@ from taskforge.http.fields import (
 MAX_RETRY_AFTER_SECONDS = 2_592_000
 # A heartbeat's progress object, serialized (compact JSON, UTF-8).
 MAX_PROGRESS_BYTES = 4096
+# The most items of one batch ack or nack (the protocol's limit).
+MAX_BATCH_ITEMS = 100
 
 
 class ProgressField(JSONObjectField):
@@ -113,11 +115,14 @@ class NackSerializer(WorkerIdentity, NackItemSerializer):
 
 
 class AckBatchSerializer(WorkerIdentity):
-    items = AckItemSerializer(many=True, allow_empty=False, max_length=100)  # type: ignore[call-arg]  # many=True builds a ListSerializer, which takes max_length
+    items = AckItemSerializer(many=True, allow_empty=False, max_length=MAX_BATCH_ITEMS)  # type: ignore[call-arg]  # many=True builds a ListSerializer, which takes max_length
 
 
 class NackBatchSerializer(WorkerIdentity):
-    items = NackItemSerializer(many=True, allow_empty=False, max_length=100)  # type: ignore[call-arg]  # many=True builds a ListSerializer, which takes max_length
+    items = NackItemSerializer(many=True, allow_empty=False, max_length=MAX_BATCH_ITEMS)  # type: ignore[call-arg]  # many=True builds a ListSerializer, which takes max_length
+
+
+BatchSerializer = type[AckBatchSerializer | NackBatchSerializer]
 
 
 # --- the common single-call bodies, without DRF ---------------------------------------------
@@ -183,6 +188,44 @@ def plain_lease_call(serializer_class: type[LeaseItemSerializer], raw: Any) -> d
     return {"worker_id": worker_id, "task_id": task_uuid, "lease_token": token, **rest}
 
 
+def validate_lease_batch(serializer_class: BatchSerializer, raw: Any) -> dict[str, Any]:
+    """A batch ack's or nack's body validated: ``serializer_class``'s rules, its errors."""
+    quick = plain_lease_batch(serializer_class, raw)
+    if quick is not None:
+        return quick
+    serializer = serializer_class(data=raw)
+    serializer.is_valid(raise_exception=True)
+    return dict(serializer.validated_data)
+
+
+def plain_lease_batch(
+    serializer_class: type[AckBatchSerializer | NackBatchSerializer], raw: Any
+) -> dict[str, Any] | None:
+    """The validated form of a common batch ack or nack body, or None: then the serializer decides.
+
+    A shortcut as :func:`plain_lease_call` is, item by item, with the same
+    result: DRF built and ran a nested serializer per item, some 25 µs of each
+    acked task's CPU in a batch of 100 (a tenth of what a drained task costs
+    the API). Checked against the serializer in the same test.
+    """
+    single = _BATCH_ITEMS.get(serializer_class)
+    if single is None or type(raw) is not dict or raw.keys() != _BATCH_FIELDS:
+        return None
+    worker_id, items = raw["worker_id"], raw["items"]
+    if type(items) is not list or not 1 <= len(items) <= MAX_BATCH_ITEMS:
+        return None
+    validated_items = []
+    for item in items:
+        if type(item) is not dict or "worker_id" in item:  # an item names no worker: the serializer refuses it
+            return None
+        one = plain_lease_call(single, {**item, "worker_id": worker_id})
+        if one is None:
+            return None
+        del one["worker_id"]
+        validated_items.append(one)
+    return {"worker_id": worker_id, "items": validated_items}
+
+
 def _plain_text(value: Any, longest: int) -> bool:
     return type(value) is str and 0 < len(value) <= longest and value.isascii() and "\x00" not in value
 
@@ -225,4 +268,9 @@ _PLAIN_EXTRAS: dict[
     HeartbeatSerializer: (_LEASE_FIELDS | {"progress"}, _heartbeat_rest),
     AckSerializer: (_LEASE_FIELDS | {"result"}, _ack_rest),
     NackSerializer: (_LEASE_FIELDS | {"error", "retry", "retry_after_seconds", "release"}, _nack_rest),
+}
+_BATCH_FIELDS = frozenset(("worker_id", "items"))
+_BATCH_ITEMS: dict[type[StrictSerializer], type[LeaseItemSerializer]] = {
+    AckBatchSerializer: AckSerializer,
+    NackBatchSerializer: NackSerializer,
 }

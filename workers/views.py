@@ -6,7 +6,6 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from django.http import HttpResponse
-from rest_framework import serializers as drf_serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -29,15 +28,10 @@ from workers.inputs import (
     NackBatchSerializer,
     NackSerializer,
     validate_claim,
+    validate_lease_batch,
     validate_lease_call,
 )
 from workers.longpoll import LongPollView
-
-
-def _validated(serializer_class: type[drf_serializers.Serializer], data: Any) -> dict[str, Any]:
-    serializer = serializer_class(data=data)
-    serializer.is_valid(raise_exception=True)
-    return dict(serializer.validated_data)
 
 
 def _task(row: dict[str, Any]) -> dict[str, Any]:
@@ -152,7 +146,7 @@ def nack_one(read_body: ReadBody) -> Answer:
 
 def ack_batch(read_body: ReadBody) -> Answer:
     """``POST /workers/ack/batch``: each item's outcome in order, a refused item beside the acked ones."""
-    fields = _validated(AckBatchSerializer, read_body())
+    fields = validate_lease_batch(AckBatchSerializer, read_body())
     registry.seen(fields["worker_id"])
     items = [lifecycle.AckItem(i["task_id"], i["lease_token"], i["result"]) for i in fields["items"]]
     return _batch_answer(items, lifecycle.ack_many(fields["worker_id"], items))
@@ -160,7 +154,7 @@ def ack_batch(read_body: ReadBody) -> Answer:
 
 def nack_batch(read_body: ReadBody) -> Answer:
     """``POST /workers/nack/batch``, as :func:`ack_batch`."""
-    fields = _validated(NackBatchSerializer, read_body())
+    fields = validate_lease_batch(NackBatchSerializer, read_body())
     registry.seen(fields["worker_id"])
     items = [
         lifecycle.NackItem(

@@ -1,5 +1,5 @@
-"""The claim, heartbeat, ack and nack fast paths agree with their serializers on every body they accept, and
-leave the rest to them."""
+"""The claim, heartbeat, ack and nack fast paths (single and batch) agree with their serializers on every body
+they accept, and leave the rest to them."""
 
 from __future__ import annotations
 
@@ -9,15 +9,20 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from rest_framework.exceptions import ValidationError
 
 from tests.unit.shortcuts import agreeing
 from workers.inputs import (
+    AckBatchSerializer,
     AckSerializer,
     ClaimSerializer,
     HeartbeatSerializer,
+    NackBatchSerializer,
     NackSerializer,
     plain_claim,
+    plain_lease_batch,
     plain_lease_call,
+    validate_lease_batch,
     validate_lease_call,
 )
 
@@ -99,3 +104,54 @@ def test_the_claims_fast_path_never_disagrees_with_the_serializer():
     )
     assert agreeing(plain_claim, ClaimSerializer, bodies) > 100
     assert plain_claim([]) is None and plain_claim({}) is None
+
+
+BATCHES = {AckBatchSerializer: AckSerializer, NackBatchSerializer: NackSerializer}
+
+
+def _batches(serializer_class: type) -> Iterator[Any]:
+    """Batches of the single call's bodies (its worker id moved out of the items), and the list's own edges."""
+    items = []
+    for body in _bodies(BATCHES[serializer_class]):
+        if isinstance(body, dict):
+            items.append({name: value for name, value in body.items() if name != "worker_id"})
+    plain = items[0]
+    for item in items:
+        yield {"worker_id": "w-1", "items": [item]}
+        yield {"worker_id": "w-1", "items": [plain, item, plain]}
+    for worker_id in WORKER_IDS:
+        yield {"worker_id": worker_id, "items": [plain]}
+    for count in (0, 1, 100, 101):
+        yield {"worker_id": "w-1", "items": [plain] * count}
+    yield {"worker_id": "w-1", "items": [{**plain, "worker_id": "w-1"}]}  # an item names no worker
+    yield {"worker_id": "w-1", "items": plain}
+    yield {"worker_id": "w-1", "items": [plain], "unknown": 1}
+    yield {"worker_id": "w-1"}
+    yield {"items": [plain]}
+    yield [plain]
+
+
+@pytest.mark.parametrize("require_token", [False, True])
+@pytest.mark.parametrize("serializer_class", list(BATCHES))
+def test_the_batch_fast_path_never_disagrees_with_the_serializer(serializer_class, require_token, settings):
+    settings.TASKFORGE_REQUIRE_LEASE_TOKEN = require_token
+    shortcut = functools.partial(plain_lease_batch, serializer_class)
+    assert agreeing(shortcut, serializer_class, _batches(serializer_class)) > 10  # common shapes take the fast path
+
+
+@pytest.mark.parametrize("serializer_class", list(BATCHES))
+def test_batches_the_fast_path_leaves_are_the_serializers_to_judge(serializer_class):
+    plain = {"task_id": TASK, "lease_token": "tok"}
+    if serializer_class is NackBatchSerializer:
+        plain["error"] = "boom"
+    left = {"worker_id": "w", "items": [plain, {**plain, "lease_token": " tok "}]}  # DRF trims a token
+    assert plain_lease_batch(serializer_class, left) is None
+    serializer = serializer_class(data=left)
+    assert serializer.is_valid(), serializer.errors
+    assert validate_lease_batch(serializer_class, left) == dict(serializer.validated_data)
+    refused = {"worker_id": "w", "items": [plain, {"task_id": "nope"}]}
+    with pytest.raises(ValidationError) as caught:
+        validate_lease_batch(serializer_class, refused)
+    reference = serializer_class(data=refused)
+    assert not reference.is_valid()
+    assert caught.value.detail == reference.errors  # the serializer's own words, item by item
