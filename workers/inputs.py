@@ -193,6 +193,8 @@ def validate_lease_batch(serializer_class: BatchSerializer, raw: Any) -> dict[st
     quick = plain_lease_batch(serializer_class, raw)
     if quick is not None:
         return quick
+    # A serializer of its own, not queues.api.inputs.validated's shared one: is_valid words a JSON
+    # null body "No data provided", as this endpoint always answered; run_validation would not.
     serializer = serializer_class(data=raw)
     serializer.is_valid(raise_exception=True)
     return dict(serializer.validated_data)

@@ -149,9 +149,9 @@ def test_batches_the_fast_path_leaves_are_the_serializers_to_judge(serializer_cl
     serializer = serializer_class(data=left)
     assert serializer.is_valid(), serializer.errors
     assert validate_lease_batch(serializer_class, left) == dict(serializer.validated_data)
-    refused = {"worker_id": "w", "items": [plain, {"task_id": "nope"}]}
-    with pytest.raises(ValidationError) as caught:
-        validate_lease_batch(serializer_class, refused)
-    reference = serializer_class(data=refused)
-    assert not reference.is_valid()
-    assert caught.value.detail == reference.errors  # the serializer's own words, item by item
+    for refused in ({"worker_id": "w", "items": [plain, {"task_id": "nope"}]}, None, [plain]):
+        with pytest.raises(ValidationError) as caught:
+            validate_lease_batch(serializer_class, refused)
+        reference = serializer_class(data=refused)
+        assert not reference.is_valid()
+        assert caught.value.detail == reference.errors, refused  # the serializer's own words ("No data provided")
