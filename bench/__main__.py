@@ -75,6 +75,7 @@ def _profiled(cfg: config.Config) -> dict[str, tuple[Workload, float]]:
         "W2": (enqueue.w2, cfg.w2_seconds + 1),
         "W3": (drain.w3_batch, 8.0),
         "W3N": (drain.w3n, 8.0),
+        "W8": (trickle.w8_taskforge, cfg.w8_seconds + 1),
     }
 
 

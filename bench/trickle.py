@@ -36,6 +36,27 @@ def done_between(ctx: Context, started: float, ended: float) -> int:
 
 
 def w8(ctx: Context, run: int) -> None:
+    rate = w8_taskforge(ctx, run)
+    problems = []
+    for entry in peers.in_run(ctx):
+        if entry.peer is None:
+            _skip_peer(ctx, entry.name, entry.reason)
+            if entry.reason.startswith("setup failed"):
+                problems.append(f"{entry.name}: {entry.reason}")
+            continue
+        try:
+            measured = peer.trickle(entry.peer, ctx.supervisor, ctx.cfg.w8_seconds, ctx.cfg.drain_timeout)
+        except Exception as exc:  # a broken peer must not hide the others' figures
+            _skip_peer(ctx, entry.name, peers.failure(exc))
+            problems.append(f"{entry.name}: {peers.failure(exc)}")
+            continue
+        ctx.figures.add("W8", _peer_rate(entry.name), measured.rate)
+        ctx.figures.add("W8", f"TaskForge / {entry.name} end-to-end", rate / measured.rate)
+    peers.fail_after_last_run(ctx, "W8", run, problems)
+
+
+def w8_taskforge(ctx: Context, run: int) -> float:
+    """TaskForge's part of W8 (profiled on its own, without the peers): its end-to-end rate."""
     cfg = ctx.cfg
     ctx.stack.reset_state()
     queue_id = ctx.extra["queue_ids"][QUEUE]
@@ -43,6 +64,7 @@ def w8(ctx: Context, run: int) -> None:
     # One task first: once it is done, both workers are up and long-polling.
     warmup_id = ctx.preload(QUEUE, 1)
     ctx.wait_drained(queue_id, workers, peer.READY_TIMEOUT_SECONDS)
+    ctx.begin_measure()
     api_cpu = ctx.stack.api_cpu_seconds()
     window, ids, _ = run_taskforge_producer(ctx, QUEUE, cfg.w8_seconds)
     done = done_between(ctx, window.started, window.ended)
@@ -54,23 +76,7 @@ def w8(ctx: Context, run: int) -> None:
     ctx.figures.add("W8", RATE, rate)
     ctx.figures.add("W8", "producer tasks/s (while draining)", window.rate)
     ctx.figures.add("W8", API_CPU, api_cpu * 1000 / len(ids))
-
-    problems = []
-    for entry in peers.in_run(ctx):
-        if entry.peer is None:
-            _skip_peer(ctx, entry.name, entry.reason)
-            if entry.reason.startswith("setup failed"):
-                problems.append(f"{entry.name}: {entry.reason}")
-            continue
-        try:
-            measured = peer.trickle(entry.peer, ctx.supervisor, cfg.w8_seconds, cfg.drain_timeout)
-        except Exception as exc:  # a broken peer must not hide the others' figures
-            _skip_peer(ctx, entry.name, peers.failure(exc))
-            problems.append(f"{entry.name}: {peers.failure(exc)}")
-            continue
-        ctx.figures.add("W8", _peer_rate(entry.name), measured.rate)
-        ctx.figures.add("W8", f"TaskForge / {entry.name} end-to-end", rate / measured.rate)
-    peers.fail_after_last_run(ctx, "W8", run, problems)
+    return rate
 
 
 def _peer_rate(name: str) -> str:

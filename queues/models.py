@@ -161,6 +161,10 @@ class Task(models.Model):
     cancel_requested = models.BooleanField(default=False, db_default=False)
     # The latest progress object a heartbeat sent (null before any).
     progress = models.JSONField(null=True, blank=True)
+    # A request has waited for this task's result (GET ...?wait_seconds=N): the
+    # move that settles it rings its result bell. Unset, nobody is told, which
+    # saves every settling move a Redis round trip (queues.lifecycle.notify).
+    awaited = models.BooleanField(default=False, db_default=False, editable=False)
     # sha256 of the enqueue body, so a reused idempotency key with another body is a 409.
     request_fingerprint = models.CharField(max_length=64, null=True, blank=True, editable=False)
 

@@ -7,6 +7,8 @@ asked, or when the wait is over; otherwise it answers what to wait for, and
 the loop waits on the event loop, holding no thread and no database
 connection, until the task's bell rings (``queues.lifecycle.notify`` rings it
 after the commit that settles it), a re-check timer fires, or the wait ends.
+The attempts after the first mark the task awaited before they read it
+(``lifecycle.await_result``): only an awaited task's settling move rings.
 The DRF views, the ASGI edge and the lean edge (``queues.api.hot``) all run
 this one function.
 """
@@ -53,6 +55,9 @@ def read_task_once(
     queue = queue_or_404(queue_name) if queue_name is not None else None
     task_id = task_id_or_404(raw_task_id)
     wait_seconds = QueryParams(query, READ_PARAMS).integer("wait_seconds", 0, MAX_WAIT_SECONDS, default=0)
+    if wait_seconds and attempt == longpoll.AGAIN:
+        # Subscribed to the task's bell now: the move that settles it from here on rings it.
+        lifecycle.await_result(task_id)
     row = lifecycle.get_task(queue, task_id) if queue is not None else lifecycle.get_task_anywhere(task_id)
     if row["status"] in SETTLED or not wait_seconds or attempt == longpoll.LAST:
         return 200, with_history(row, queue.name if queue is not None else name_of_queue(row["queue_id"]))

@@ -32,7 +32,8 @@ The modules, by who asks for the move:
   a repeated ack), unit-tested alone.
 * ``rows``: running a statement and turning its rows into dicts.
 * ``reads``: the reads that explain a refused move (404 or 409).
-* ``notify``: the after-commit announcements and reports.
+* ``notify``: the after-commit announcements and reports, and the mark of a
+  task whose result a request waits for (only those ring a result bell).
 
 Callers use the names re-exported here, never the modules.
 """
@@ -54,6 +55,7 @@ from queues.lifecycle.lease import (
     nack_many,
 )
 from queues.lifecycle.lease_on_loop import ack_on_loop, claim_on_loop, heartbeat_on_loop, nack_on_loop
+from queues.lifecycle.notify import await_result
 from queues.lifecycle.on_loop import enqueue_on_loop
 from queues.lifecycle.operate import (
     cancel,
@@ -81,6 +83,7 @@ __all__ = [
     "ack",
     "ack_many",
     "ack_on_loop",
+    "await_result",
     "cancel",
     "cancel_or_request",
     "claim",

@@ -36,7 +36,7 @@ from queues.lifecycle.lease import (
     nack_fail_params,
     nack_lock_params,
 )
-from queues.lifecycle.notify import SETTLED
+from queues.lifecycle.notify import awaited_settled
 from queues.lifecycle.read_statements import QUEUE_NAMES
 from queues.lifecycle.rows import Row, fetch_rows_on, fetch_rows_on_loop, transaction_on_loop
 from queues.lifecycle.statements import ACK, FAIL, HEARTBEAT, LOCK_HELD_FOR_NACK
@@ -82,7 +82,7 @@ async def ack_on_loop(
     moved = await fetch_rows_on_loop(ACK, ack_params(worker_id, [AckItem(task_id, lease_token, result)]))
     if not moved:
         return None
-    settled = [row["id"] for row in moved if row["status"] in SETTLED]
+    settled = awaited_settled(moved)
     if settled:  # producers waiting on the result hear first, the line follows (as report_on_commit)
         await after_answer(lambda: announce.settled_on_loop(settled))
     await _name_queues(row["queue_id"] for row in moved)
@@ -103,7 +103,7 @@ async def nack_on_loop(item: NackItem, *, worker_id: str) -> Row | None:
         if not locked:
             return None
         moved = await fetch_rows_on(conn, FAIL, nack_fail_params(worker_id, [item], locked))
-    settled = [row["id"] for row in moved if row["status"] in SETTLED]
+    settled = awaited_settled(moved)
     if settled:  # a dead task: producers waiting on the result hear first (as report_on_commit)
         await after_answer(lambda: announce.settled_on_loop(settled))
     await _name_queues(row["queue_id"] for row in moved)

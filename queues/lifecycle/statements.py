@@ -329,6 +329,14 @@ SELECT count(*) AS n FROM tf_task
 WHERE queue_id = %(queue_id)s AND status IN ('pending', 'claimed', 'executing', 'retry', 'dead')
 """
 
+# A request is about to wait for the task's result: from now on the move that
+# settles it returns ``awaited`` true and rings its bell (queues.lifecycle.notify).
+# Written only once, and never on a task already settled: that one is answered at once.
+MARK_AWAITED = """
+UPDATE tf_task SET awaited = true
+WHERE id = %(task_id)s AND NOT awaited AND status NOT IN ('done', 'dead', 'cancelled')
+"""
+
 # Deleting a queue, last step: what is left of its history, DLQ entries and
 # tasks (the bulk went in bounded batches: bulk_statements), while the caller
 # holds the queue row's lock (the queue row itself goes last, through the ORM).

@@ -220,9 +220,8 @@ def test_a_heartbeat_starts_the_task_extends_its_lease_and_keeps_its_progress(st
 def test_an_ack_settles_the_task_rings_its_bell_and_counts_it(stdout_log, monkeypatch):
     queue, claimed = _claimed_one("loop-ack")
     monkeypatch.setattr(observe, "_queue_names", {})  # another process claimed it: the queue is not named here
-    listener = redis_client().pubsub()
-    listener.subscribe(doorbell.settled_channel(str(claimed["id"])))
-    listener.get_message(timeout=1)  # the subscription's confirmation
+    listener = _result_listener(claimed["id"])
+    lifecycle.await_result(claimed["id"])  # as a request waiting for the result does
     counters.forget_pending()  # a quiet spell: the move is counted before the ack returns
 
     row = run(
@@ -240,6 +239,67 @@ def test_an_ack_settles_the_task_rings_its_bell_and_counts_it(stdout_log, monkey
     assert redis_client().hget(counters.COMPLETED_KEY, f"{queue.name}|done") == b"1"
     (line,) = [line for line in stdout_log() if line.get("to_status") == "done"]
     assert line["queue"] == queue.name  # read on the loop's pool
+
+
+def _result_listener(task_id: uuid.UUID) -> Any:
+    listener = redis_client().pubsub()
+    listener.subscribe(doorbell.settled_channel(str(task_id)))
+    listener.get_message(timeout=1)  # the subscription's confirmation
+    return listener
+
+
+def _first_bell_after(listener: Any, task_id: uuid.UUID) -> bytes:
+    """The data of the first message on the task's channel, once the test rang it with b"sentinel" itself."""
+    redis_client().publish(doorbell.settled_channel(str(task_id)), b"sentinel")
+    message = listener.get_message(timeout=5)
+    listener.close()
+    assert message is not None and message["type"] == "message"
+    return message["data"]
+
+
+def test_an_ack_or_a_last_nack_of_a_task_nobody_awaits_rings_no_result_bell():
+    """Only a task a request waited for rings (lifecycle.await_result): the others' moves cost Redis nothing."""
+    queue, acked = _claimed_one("loop-ack-unawaited")
+    listener = _result_listener(acked["id"])
+    row = run(
+        lambda: lifecycle.ack_on_loop(acked["id"], worker_id="w-loop", lease_token=acked["lease_token"], result={})
+    )
+    assert row is not None and (row["status"], row["awaited"]) == ("done", False)
+    # The move's after-answer work runs at once outside a request: a bell would have come first.
+    assert _first_bell_after(listener, acked["id"]) == b"sentinel"
+
+    queue.max_retries = 0
+    queue.save()
+    _enqueue(queue, 1)
+    (nacked,) = _claim(queue, "w-loop", 1)
+    listener = _result_listener(nacked["id"])
+    item = lifecycle.NackItem(nacked["id"], "boom", lease_token=nacked["lease_token"])
+    dead = run(lambda: lifecycle.nack_on_loop(item, worker_id="w-loop"))
+    assert dead is not None and dead["status"] == "dead"
+    assert _first_bell_after(listener, nacked["id"]) == b"sentinel"
+
+
+def test_the_mark_of_an_awaited_task_is_written_once_and_never_on_a_settled_one():
+    queue, claimed = _claimed_one("loop-await-mark")
+    lifecycle.await_result(claimed["id"])
+    version = _row_version(claimed["id"])
+    lifecycle.await_result(claimed["id"])  # again: the row is not written again
+    assert Task.objects.get(id=claimed["id"]).awaited is True and _row_version(claimed["id"]) == version
+    _enqueue(queue, 2)
+    (settled,) = _claim(queue, "w-loop", 1)
+    (waiting,) = Task.objects.filter(queue=queue, status="pending")
+    run(lambda: lifecycle.ack_on_loop(settled["id"], worker_id="w-loop", lease_token=settled["lease_token"], result={}))
+    lifecycle.await_result(settled["id"])  # done already: its reader answers at once, no bell is owed
+    lifecycle.await_result(uuid.uuid4())  # no such task: nothing to mark
+    assert Task.objects.get(id=settled["id"]).awaited is False
+    assert Task.objects.get(id=waiting.id).awaited is False
+
+
+def _row_version(task_id: uuid.UUID) -> str:
+    """The task row's xmin: it changes whenever the row is written."""
+    with db.connection.cursor() as cursor:
+        cursor.execute("SELECT xmin::text FROM tf_task WHERE id = %s", [task_id])
+        return cursor.fetchone()[0]
 
 
 def test_a_nack_retries_after_a_backoff_until_the_last_attempt_then_the_task_is_dead(stdout_log):
@@ -260,9 +320,8 @@ def test_a_nack_retries_after_a_backoff_until_the_last_attempt_then_the_task_is_
     lifecycle.promote_due()
     (second,) = _claim(queue, "w-loop", 1)
     assert second["id"] == first["id"] and second["attempts"] == 2
-    listener = redis_client().pubsub()
-    listener.subscribe(doorbell.settled_channel(str(first["id"])))
-    listener.get_message(timeout=1)  # the subscription's confirmation
+    listener = _result_listener(first["id"])
+    lifecycle.await_result(first["id"])
 
     dead = run(
         lambda: lifecycle.nack_on_loop(
