@@ -196,6 +196,42 @@ def test_a_last_nack_ends_the_wait_dead_and_a_retry_does_not(producer_key, produ
     assert read.seconds < doorbell.CONNECTED_RECHECK_SECONDS
 
 
+def test_acks_racing_the_start_of_each_wait_still_end_it_by_the_bell(producer_key, make_key, producer, worker, queue):
+    """A wait marks its task awaited before its last look (lifecycle.await_result); the acks race that.
+
+    Each ack comes 0-90 ms after its read began: before its first attempt,
+    between it and the mark, or once it waits. Whichever: the read sees the
+    task done, or the ack saw the mark and rang; none waits for the re-check.
+    """
+    worker_key = make_key("worker")
+    for _ in range(16):
+        enqueue(producer)
+    leases = claim(worker, queue="email_jobs", max_tasks=16)
+    assert len(leases) == 16
+
+    def ack_after(task: dict, delay: float) -> int:
+        time.sleep(delay)
+        client = APIClient()
+        client.credentials(HTTP_AUTHORIZATION=f"Bearer {worker_key}")
+        lease = {"worker_id": "w-1", "task_id": task["id"], "lease_token": task["lease_token"]}
+        try:
+            return post(client, "/workers/ack", {**lease, "result": {"n": task["id"]}}).status_code
+        finally:
+            connection.close()
+
+    reads = [Read(producer_key, f"/tasks/{task['id']}?wait_seconds=20") for task in leases]
+    with ThreadPoolExecutor(len(leases)) as pool:
+        acks = []
+        for n, (read, task) in enumerate(zip(reads, leases, strict=True)):
+            read.start()
+            acks.append(pool.submit(ack_after, task, 0.006 * n))
+        assert [ack.result() for ack in acks] == [200] * len(leases)
+    for read, task in zip(reads, leases, strict=True):
+        body = read.body()
+        assert (body["status"], body["result"]) == ("done", {"n": task["id"]})
+        assert read.seconds < doorbell.CONNECTED_RECHECK_SECONDS, read.seconds
+
+
 def test_a_cancel_ends_the_wait(producer_key, producer, queue):
     created = enqueue(producer)
     read = waiting(Read(producer_key, f"/tasks/{created['id']}?wait_seconds=20"))

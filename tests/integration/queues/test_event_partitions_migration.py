@@ -18,11 +18,22 @@ from django.db.migrations.executor import MigrationExecutor
 from queues.models import TaskEvent
 from queues.partitions import catalog
 from tests import live
-from tests.factories import QueueFactory, TaskFactory
+from tests.factories import QueueFactory
 
 BEFORE = ("queues", "0009_queue_push")
 AFTER = ("queues", "0010_partition_task_events")
 ROWS = 20_000
+
+
+def _task(queue: object) -> tuple[object, object]:
+    """A pending task of ``queue`` written with the columns tf_task had at 0009 (the model's later ones absent then)."""
+    return _one(
+        "INSERT INTO tf_task (id, queue_id, payload, status, priority, scheduled_at, created_at, updated_at,"
+        " status_changed_at, attempts, max_retries)"
+        " VALUES (gen_random_uuid(), %s, '{}', 'pending', 5, now(), now(), now(), now(), 0, 3)"
+        " RETURNING id, created_at",
+        [queue.id],  # type: ignore[attr-defined]
+    )
 
 
 def _one(statement: str, params: list[object] | None = None) -> tuple[object, ...]:
@@ -71,13 +82,13 @@ class Writer(threading.Thread):
 def test_the_conversion_keeps_every_row_while_writers_go_on(unpartitioned):
     assert _one("SELECT relkind FROM pg_class WHERE relname = 'tf_task_event'") == ("r",)
     queue = QueueFactory(name="converted")
-    task = TaskFactory(queue=queue)
+    task_id, _ = _task(queue)
     with connection.cursor() as cursor:
         cursor.execute(
             "INSERT INTO tf_task_event (task_id, queue_id, kind, at, to_status)"
             " SELECT %s, %s, 'transition', now() - g * interval '10 seconds', 'pending'"
             " FROM generate_series(1, %s) AS g",
-            [task.id, queue.id, ROWS],
+            [task_id, queue.id, ROWS],
         )
     (old_max,) = _one("SELECT max(id) FROM tf_task_event")
     writer = Writer(live.test_database_url())
@@ -109,10 +120,10 @@ def test_the_conversion_keeps_every_row_while_writers_go_on(unpartitioned):
         " WHERE c.conrelid = 'tf_task_event'::regclass AND c.contype = 'p'"
     ) == (["id", "at"],)
     # Ids carry on from the old sequence, and the ORM reads and writes as before.
-    event = TaskEvent.objects.create(task=task, queue=queue, at=first.upper, to_status="claimed")
+    event = TaskEvent.objects.create(task_id=task_id, queue=queue, at=first.upper, to_status="claimed")
     assert event.id > old_max + writer.written  # type: ignore[operator]
-    assert TaskEvent.objects.filter(task_id=task.id).count() == ROWS + 1
-    assert TaskEvent.objects.filter(task_id=task.id).latest("id").to_status == "claimed"
+    assert TaskEvent.objects.filter(task_id=task_id).count() == ROWS + 1
+    assert TaskEvent.objects.filter(task_id=task_id).latest("id").to_status == "claimed"
 
 
 @pytest.mark.django_db(transaction=True)
@@ -120,10 +131,10 @@ def test_reversing_the_conversion_gives_back_a_plain_table_with_every_row(unpart
     unpartitioned.loader.build_graph()
     unpartitioned.migrate([AFTER])
     queue = QueueFactory(name="reversed")
-    task = TaskFactory(queue=queue)
-    TaskEvent.objects.create(task=task, queue=queue, at=task.created_at, to_status="pending")
+    task_id, created_at = _task(queue)
+    TaskEvent.objects.create(task_id=task_id, queue=queue, at=created_at, to_status="pending")
     unpartitioned.loader.build_graph()
     unpartitioned.migrate([BEFORE])
     assert _one("SELECT relkind FROM pg_class WHERE relname = 'tf_task_event'") == ("r",)
-    assert TaskEvent.objects.get(task_id=task.id).to_status == "pending"
-    assert TaskEvent.objects.create(task=task, queue=queue, at=task.created_at, to_status="claimed").id
+    assert TaskEvent.objects.get(task_id=task_id).to_status == "pending"
+    assert TaskEvent.objects.create(task_id=task_id, queue=queue, at=created_at, to_status="claimed").id
