@@ -29,9 +29,9 @@ def awaited_settled(moved: Sequence[Row]) -> list[uuid.UUID]:
 
     Only those ring a result bell: a request marks its task ``awaited``
     (:func:`await_result`) before its last look at the task and its wait, so
-    the move that settles it after that look returns the mark. Most tasks
-    nobody waits for, and their moves then cost Redis nothing. A row that
-    does not carry the mark rings, as every settled task once did.
+    the move that settles it after that look returns the mark. Nobody waits
+    for most tasks, and their moves then pay no Redis round trip for a bell.
+    A row that does not carry the mark rings, as every settled task once did.
     """
     return [row["id"] for row in moved if row["status"] in SETTLED and row.get("awaited", True)]
 

@@ -258,7 +258,7 @@ def _first_bell_after(listener: Any, task_id: uuid.UUID) -> bytes:
 
 
 def test_an_ack_or_a_last_nack_of_a_task_nobody_awaits_rings_no_result_bell():
-    """Only a task a request waited for rings (lifecycle.await_result): the others' moves cost Redis nothing."""
+    """Only a task a request waited for rings (lifecycle.await_result): the others' moves publish nothing."""
     queue, acked = _claimed_one("loop-ack-unawaited")
     listener = _result_listener(acked["id"])
     row = run(
