@@ -7,6 +7,7 @@ could not be set up (PgQueuer's schema, say).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from bench.celery_peer import CeleryPeer
@@ -50,6 +51,36 @@ def failure(exc: Exception) -> str:
     return f"failed: {type(exc).__name__}: {lines[0] if lines else ''}" + (
         f" ... {lines[-1]}" if len(lines) > 1 else ""
     )
+
+
+def measure_each[T](
+    ctx: Context,
+    workload: str,
+    run: int,
+    measure: Callable[[CountingPeer], T],
+    record: Callable[[str, T], None],
+    skip: Callable[[str, str], None],
+) -> None:
+    """``measure`` each peer of the run and ``record`` its figures by name; ``skip`` says why one has none.
+
+    A peer left out, or failing, does not stop the others; the failures are
+    raised once the workload's last run had its turn (:func:`fail_after_last_run`).
+    """
+    problems = []
+    for entry in in_run(ctx):
+        if entry.peer is None:
+            skip(entry.name, entry.reason)
+            if entry.reason.startswith("setup failed"):
+                problems.append(f"{entry.name}: {entry.reason}")
+            continue
+        try:
+            measured = measure(entry.peer)
+        except Exception as exc:  # a broken peer must not hide the others' figures
+            skip(entry.name, failure(exc))
+            problems.append(f"{entry.name}: {failure(exc)}")
+            continue
+        record(entry.name, measured)
+    fail_after_last_run(ctx, workload, run, problems)
 
 
 def fail_after_last_run(ctx: Context, workload: str, run: int, problems: list[str]) -> None:

@@ -58,23 +58,19 @@ def w0(ctx: Context, run: int) -> None:
     ctx.figures.add("W0", BARE_CPU, overhead["bare_cpu_ms"])
     ctx.figures.add("W0", OVERHEAD, overhead["overhead_ms"])
 
-    problems = []
-    for entry in peers.in_run(ctx):
-        if entry.peer is None:
-            _skip_peer(ctx, entry.name, entry.reason)
-            if entry.reason.startswith("setup failed"):
-                problems.append(f"{entry.name}: {entry.reason}")
-            continue
-        try:
-            peer_window = peer.enqueue_window(entry.peer, cfg.w0_seconds)
-        except Exception as exc:  # a broken peer must not hide the others' figures
-            _skip_peer(ctx, entry.name, peers.failure(exc))
-            problems.append(f"{entry.name}: {peers.failure(exc)}")
-            continue
-        ctx.figures.add("W0", f"{entry.name} enqueue tasks/s (1 producer)", peer_window.rate)
-        ctx.figures.add("W0", f"{entry.name} enqueue p99", percentile(peer_window.latencies_ms, 99))
-        ctx.figures.add("W0", f"TaskForge / {entry.name} enqueue", window.rate / peer_window.rate)
-    peers.fail_after_last_run(ctx, "W0", run, problems)
+    def record(name: str, peer_window: sequential.Window) -> None:
+        ctx.figures.add("W0", f"{name} enqueue tasks/s (1 producer)", peer_window.rate)
+        ctx.figures.add("W0", f"{name} enqueue p99", percentile(peer_window.latencies_ms, 99))
+        ctx.figures.add("W0", f"TaskForge / {name} enqueue", window.rate / peer_window.rate)
+
+    peers.measure_each(
+        ctx,
+        "W0",
+        run,
+        lambda each: peer.enqueue_window(each, cfg.w0_seconds),
+        record,
+        lambda name, reason: _skip_peer(ctx, name, reason),
+    )
 
 
 def _skip_peer(ctx: Context, name: str, reason: str) -> None:

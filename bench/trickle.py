@@ -37,22 +37,19 @@ def done_between(ctx: Context, started: float, ended: float) -> int:
 
 def w8(ctx: Context, run: int) -> None:
     rate = w8_taskforge(ctx, run)
-    problems = []
-    for entry in peers.in_run(ctx):
-        if entry.peer is None:
-            _skip_peer(ctx, entry.name, entry.reason)
-            if entry.reason.startswith("setup failed"):
-                problems.append(f"{entry.name}: {entry.reason}")
-            continue
-        try:
-            measured = peer.trickle(entry.peer, ctx.supervisor, ctx.cfg.w8_seconds, ctx.cfg.drain_timeout)
-        except Exception as exc:  # a broken peer must not hide the others' figures
-            _skip_peer(ctx, entry.name, peers.failure(exc))
-            problems.append(f"{entry.name}: {peers.failure(exc)}")
-            continue
-        ctx.figures.add("W8", _peer_rate(entry.name), measured.rate)
-        ctx.figures.add("W8", f"TaskForge / {entry.name} end-to-end", rate / measured.rate)
-    peers.fail_after_last_run(ctx, "W8", run, problems)
+
+    def record(name: str, measured: peer.Trickle) -> None:
+        ctx.figures.add("W8", _peer_rate(name), measured.rate)
+        ctx.figures.add("W8", f"TaskForge / {name} end-to-end", rate / measured.rate)
+
+    peers.measure_each(
+        ctx,
+        "W8",
+        run,
+        lambda each: peer.trickle(each, ctx.supervisor, ctx.cfg.w8_seconds, ctx.cfg.drain_timeout),
+        record,
+        lambda name, reason: _skip_peer(ctx, name, reason),
+    )
 
 
 def w8_taskforge(ctx: Context, run: int) -> float:
