@@ -1,8 +1,9 @@
 """Named statements of the claim: which due pending tasks a worker leases, in one statement each.
 
 Four plain variants (where the rows come from: the ready index or the ids the
-Redis lanes proposed; one queue or several) and two that take the proposed ids
-and top them up from the ready index. Callers pick a ready string
+Redis lanes proposed; one queue or several), two that take the proposed ids
+and top them up from the ready index, and the two of one queue for a single
+proposed id, whose plan Postgres may keep. Callers pick a ready string
 (``queues.lifecycle.lease.claim``); part of ``queues.lifecycle.statements.ALL``,
 EXPLAINed by the tests with every other statement.
 """
@@ -74,6 +75,18 @@ _SCAN = "tf_task t"
 # every claim as the backlog grew, 18-230 ms each, until autovacuum's ANALYZE.
 _BY_IDS = """unnest(%(task_ids)s::uuid[]) AS wanted(id)
     CROSS JOIN LATERAL (SELECT * FROM tf_task x WHERE x.id = wanted.id OFFSET 0) t"""
+# A single proposed id, fenced the same way. Postgres plans the statements above
+# afresh on every run, 0.3 ms of its CPU, as much as running them: a claim of one
+# task paid it for one row (make bench's W3N, CALLS). With one id as a plain
+# parameter, the plan it makes for any id costs what a plan for this one does, so
+# from the sixth run on it keeps that plan and plans no more: 0.35-0.40 ms of
+# Postgres CPU per claim of one task against 0.65-0.75 (2,000 claims in a row,
+# alternating). A kept plan is only as good as the table it was made for: made on a
+# nearly empty tf_task it reads the whole table (26 ms per claim at 50,000 tasks).
+# So these run only on the event loop's connections, which never choose a
+# sequential scan (taskforge.infra.postgres.aio); the thread path keeps the variants
+# above, planned on every run.
+_BY_ONE_ID = "(SELECT * FROM tf_task x WHERE x.id = %(task_id)s OFFSET 0) t"
 # One queue is compared with "=": the ordered scan of tf_task_ready then stops at
 # the LIMIT. "= ANY" (several queues) reads every due row of them and sorts.
 _ONE_QUEUE = "t.queue_id = %(queue_id)s"
@@ -84,6 +97,7 @@ _PICK_SCAN_ONE = _PICK.format(source=_SCAN, queue_filter=_ONE_QUEUE, extra="", l
 _PICK_SCAN_SOME = _PICK.format(source=_SCAN, queue_filter=_SOME_QUEUES, extra="", limit=_CLAIM_LIMIT)
 _PICK_IDS_ONE = _PICK.format(source=_BY_IDS, queue_filter=_ONE_QUEUE, extra="", limit=_CLAIM_LIMIT)
 _PICK_IDS_SOME = _PICK.format(source=_BY_IDS, queue_filter=_SOME_QUEUES, extra="", limit=_CLAIM_LIMIT)
+_PICK_ONE_ID = _PICK.format(source=_BY_ONE_ID, queue_filter=_ONE_QUEUE, extra="", limit=_CLAIM_LIMIT)
 
 # Claim from one queue by scanning its ready index: stops at the LIMIT.
 CLAIM_FROM_ONE_QUEUE = "WITH picked AS (" + _PICK_SCAN_ONE + ")" + _LEASE
@@ -93,6 +107,8 @@ CLAIM_FROM_QUEUES = "WITH picked AS (" + _PICK_SCAN_SOME + ")" + _LEASE
 CLAIM_BY_IDS_FROM_ONE_QUEUE = "WITH picked AS (" + _PICK_IDS_ONE + ")" + _LEASE
 # Claim proposed ids that may belong to any of several queues: still one probe per id.
 CLAIM_BY_IDS_FROM_QUEUES = "WITH picked AS (" + _PICK_IDS_SOME + ")" + _LEASE
+# Claim the one id the lane proposed, in one queue, with a plan Postgres may keep (event loop only).
+CLAIM_BY_ONE_ID_FROM_ONE_QUEUE = "WITH picked AS (" + _PICK_ONE_ID + ")" + _LEASE
 
 # The lanes held fewer ids than the claim wants: the proposed ids (of the
 # ``queue_ids`` they came from) and, in the same statement, a scan of the
@@ -106,14 +122,19 @@ _TOP_UP = _PICK.format(
     extra="\n      AND t.id <> ALL(%(task_ids)s::uuid[])",
     limit="greatest(%(limit)s - (SELECT count(*) FROM proposed), 0)",
 )
-_CLAIM_TOPPED_UP = (
-    "WITH proposed AS (" + _PICK_IDS_SOME + "), scanned AS (" + _TOP_UP + "),"
+_TOPPED_UP = (
+    "WITH proposed AS ({proposed}), scanned AS (" + _TOP_UP + "),"
     " picked AS (SELECT * FROM proposed UNION ALL SELECT * FROM scanned)" + _LEASE
 )
+_CLAIM_TOPPED_UP = _TOPPED_UP.replace("{proposed}", _PICK_IDS_SOME)
 # Proposed ids, topped up from one queue's ready index (stops at the LIMIT).
 CLAIM_BY_IDS_TOPPED_UP_FROM_ONE_QUEUE = _CLAIM_TOPPED_UP.format(scan_filter="t.queue_id = %(scan_queue_id)s")
 # Proposed ids, topped up from several queues.
 CLAIM_BY_IDS_TOPPED_UP_FROM_QUEUES = _CLAIM_TOPPED_UP.format(scan_filter="t.queue_id = ANY(%(scan_queue_ids)s)")
+# The one id the lane proposed, topped up from its queue's ready index, with a plan Postgres may keep (event loop only).
+CLAIM_BY_ONE_ID_TOPPED_UP_FROM_ONE_QUEUE = _TOPPED_UP.replace("{proposed}", _PICK_ONE_ID).format(
+    scan_filter="t.queue_id = %(scan_queue_id)s"
+)
 
 
 #: This module's statements, name -> SQL (merged into ``statements.ALL``).

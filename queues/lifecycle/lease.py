@@ -58,10 +58,23 @@ def claim_statement(
     limit: int,
     task_ids: Sequence[uuid.UUID] | None,
     scan_queue_ids: Sequence[uuid.UUID],
+    *,
+    plan_kept: bool = False,
 ) -> tuple[str, dict[str, Any]]:
-    """The claim statement that fits (see :func:`claim`) and its parameters: one definition for both paths."""
+    """The claim statement that fits (see :func:`claim`) and its parameters: one definition for both paths.
+
+    ``plan_kept``: the connection never chooses a sequential scan (the event
+    loop's), so a single proposed id of one queue may take the form whose plan
+    Postgres keeps (``claim_statements``: ``_BY_ONE_ID``).
+    """
     one = len(queue_ids) == 1
-    if task_ids is None:
+    if plan_kept and one and task_ids is not None and len(task_ids) == 1 and set(scan_queue_ids) <= set(queue_ids):
+        sql = (
+            claim_statements.CLAIM_BY_ONE_ID_TOPPED_UP_FROM_ONE_QUEUE
+            if scan_queue_ids
+            else claim_statements.CLAIM_BY_ONE_ID_FROM_ONE_QUEUE
+        )
+    elif task_ids is None:
         sql = claim_statements.CLAIM_FROM_ONE_QUEUE if one else claim_statements.CLAIM_FROM_QUEUES
     elif scan_queue_ids:
         sql = (
@@ -75,6 +88,7 @@ def claim_statement(
         "queue_id": queue_ids[0],
         "queue_ids": list(queue_ids),
         "task_ids": list(task_ids or []),
+        "task_id": task_ids[0] if task_ids else None,
         "scan_queue_id": scan_queue_ids[0] if scan_queue_ids else None,
         "scan_queue_ids": list(scan_queue_ids),
         "limit": limit,

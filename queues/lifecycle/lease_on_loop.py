@@ -53,7 +53,7 @@ async def claim_on_loop(
     if limit <= 0:
         return []
     moved = await fetch_rows_on_loop(
-        *claim_statement(worker_id, [queue.id], limit, task_ids, [queue.id] if scan else ())
+        *claim_statement(worker_id, [queue.id], limit, task_ids, [queue.id] if scan else (), plan_kept=True)
     )
     if moved:
         await observe.transitions_on_loop(moved, queue)

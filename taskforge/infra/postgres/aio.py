@@ -4,7 +4,8 @@ The API's views run on a thread pool with Django's connection; the lean
 edge's single enqueue (``queues.api.hot``) runs its one statement on the
 event loop instead, on a psycopg ``AsyncConnectionPool`` of each API process
 made from the same settings as Django's: the same server, options
-(timeouts), time zone, adapters and prepared statements. It is the same
+(timeouts), time zone, adapters and prepared statements, and one option of
+its own (no sequential scans, for the plans Postgres keeps). It is the same
 kind of pool with the same check on checkout (one empty query, unless
 ``checkout`` finds none owed: a connection that died while idle, after a
 restart or a ``pg_terminate_backend``, is replaced, not used) and, like
@@ -54,6 +55,13 @@ def _new_pool() -> AsyncConnectionPool:
     params = connection.get_connection_params()
     params.pop("cursor_factory", None)  # Django's is a synchronous cursor class
     params["autocommit"] = True
+    if params.get("prepare_threshold") is not None:
+        # Postgres may keep the plans of statements prepared here, and the claim of one id is
+        # written so that it does (queues.lifecycle.claim_statements). Every statement this pool
+        # runs finds its rows through an index; a plan kept from when tf_task was nearly empty,
+        # where reading the whole table is cheapest, would go on reading it once it has grown.
+        # (Behind PgBouncer nothing is prepared: every plan is made for the table as it is.)
+        params["options"] = f"{params.get('options', '')} -c enable_seqscan=off".strip()
     return AsyncConnectionPool(
         kwargs=params,
         connection_class=AsyncConnection,

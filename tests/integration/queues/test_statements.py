@@ -96,6 +96,8 @@ def test_the_registry_holds_every_statement_filled_in() -> None:
         "CLAIM_BY_IDS_FROM_QUEUES",
         "CLAIM_BY_IDS_TOPPED_UP_FROM_ONE_QUEUE",
         "CLAIM_BY_IDS_TOPPED_UP_FROM_QUEUES",
+        "CLAIM_BY_ONE_ID_FROM_ONE_QUEUE",
+        "CLAIM_BY_ONE_ID_TOPPED_UP_FROM_ONE_QUEUE",
     } <= set(statements.ALL)
     for name, sql in statements.ALL.items():
         assert SQL_TEXT.search(sql), name
@@ -123,6 +125,13 @@ def test_each_claim_variant_uses_its_own_source_and_queue_filter() -> None:
         proposed, scanned = statements.ALL[name].split("scanned AS")
         assert by_ids in proposed and some_queues in proposed, name
         assert by_ids not in scanned and scan_filter in scanned and "<> ALL(%(task_ids)s" in scanned, name
+    # One proposed id, as a plain parameter of one queue: alone, or topped up from that queue.
+    by_one_id = "WHERE x.id = %(task_id)s OFFSET 0"
+    alone = claim_statements.CLAIM_BY_ONE_ID_FROM_ONE_QUEUE
+    assert by_one_id in alone and one_queue in alone and by_ids not in alone
+    proposed, scanned = claim_statements.CLAIM_BY_ONE_ID_TOPPED_UP_FROM_ONE_QUEUE.split("scanned AS")
+    assert by_one_id in proposed and one_queue in proposed and by_ids not in proposed
+    assert by_one_id not in scanned and "t.queue_id = %(scan_queue_id)s" in scanned and "<> ALL(%(task_ids)s" in scanned
 
 
 # --- source checks: no SQL assembled when a move runs ----------------------------------------------
