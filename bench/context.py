@@ -169,22 +169,25 @@ class Context:
     # --- Postgres: the source of truth for every figure -----------------------------------------
 
     def wait_drained(self, queue_id: uuid.UUID, workers: list[Child], timeout: float) -> None:
-        """Poll until the queue holds no unfinished task (cheap: index range on active statuses)."""
+        """Poll until the queue holds no unfinished task.
+
+        Each poll looks for one unfinished task, not all of them: a count read
+        the whole backlog's index entries every 50 ms (1.8 ms of Postgres CPU
+        per poll during W3N, taken from the drain it measures); the count is
+        only for the timeout's message.
+        """
         deadline = time.monotonic() + timeout
+        unfinished = "FROM tf_task WHERE queue_id = %s AND status IN ('pending', 'claimed', 'executing', 'retry')"
         with self.stack.connect() as pg:
             while True:
-                (left,) = pg.execute(
-                    "SELECT count(*) FROM tf_task WHERE queue_id = %s "
-                    "AND status IN ('pending', 'claimed', 'executing', 'retry')",
-                    [queue_id],
-                ).fetchone()
-                if left == 0:
+                if pg.execute(f"SELECT 1 {unfinished} LIMIT 1", [queue_id]).fetchone() is None:
                     return
                 for child in workers:
                     if not child.alive():
                         raise RuntimeError(f"worker {child.name} died:\n{child.tail()}")
                 self.stack.check_alive()
                 if time.monotonic() > deadline:
+                    (left,) = pg.execute(f"SELECT count(*) {unfinished}", [queue_id]).fetchone()
                     raise RuntimeError(f"{left} tasks still unfinished after {timeout:.0f}s")
                 time.sleep(0.05)
 

@@ -53,6 +53,7 @@ def main(queue_name: str) -> dict[str, str]:
                 "queue_ids": [queue.id],
                 "window": getattr(stats, "RATE_WINDOW_SECONDS", 60),
                 "statuses": ["pending", "claimed", "executing", "retry", "dead"],
+                "cap": getattr(stats, "FINISHED_EXACT_UP_TO", 10_000),
             }
             to_explain.append((f"stats {name.strip('_').lower()}", sql, params))
     for label, sql, params in to_explain:

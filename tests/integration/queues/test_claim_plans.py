@@ -262,4 +262,9 @@ def test_a_loop_claim_of_one_id_keeps_its_plan_and_the_plan_never_reads_the_whol
 
     generic, plan = run(scenario)
     assert generic >= 1  # the plan was kept, not made again on each run
-    assert "Seq Scan on tf_task" not in plan and "tf_task_pkey" in plan.split("CTE moved")[0], plan
+    picking = plan.split("CTE moved")[0]
+    assert "Seq Scan on tf_task" not in plan and "Bitmap Heap Scan" not in picking, plan
+    assert "tf_task_pkey" in picking.split("CTE scanned")[0], plan  # the id, probed
+    if scan:  # the rest in the index's order (no sort of every due task), so the scan stops at the LIMIT
+        scanned = picking.split("CTE scanned")[1]
+        assert "Index Scan using" in scanned and "Sort" not in scanned, plan
