@@ -161,11 +161,22 @@ def ack_many(worker_id: str, items: Sequence[AckItem]) -> list[Row | DomainError
 
 
 def ack_params(worker_id: str, items: Sequence[AckItem]) -> dict[str, Any]:
-    """``ACK``'s parameters: one definition for both paths."""
+    """``ACK``'s parameters (the thread path's acks, of one task or many)."""
     return {
         "ids": [item.task_id for item in items],
         "tokens": [item.lease_token for item in items],
         "results": [None if item.result is None else Jsonb(item.result, dumps=dumps_json) for item in items],
+        "worker_id": worker_id,
+        "event_kind": "transition",
+    }
+
+
+def ack_one_params(worker_id: str, item: AckItem) -> dict[str, Any]:
+    """``ACK_ONE``'s parameters (the event loop's ack of one task): ``ack_params``' for one item."""
+    return {
+        "task_id": item.task_id,
+        "lease_token": item.lease_token,
+        "result": None if item.result is None else Jsonb(item.result, dumps=dumps_json),
         "worker_id": worker_id,
         "event_kind": "transition",
     }

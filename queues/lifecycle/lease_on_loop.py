@@ -1,8 +1,12 @@
 """A worker's single moves on the event loop: a claim from one queue, a heartbeat, an ack, a nack.
 
 The same statements as :mod:`queues.lifecycle.lease` with the same
-parameters (its ``claim_statement``, ``heartbeat_params``, ``ack_params``
-and the nack's ``nack_lock_params`` and ``nack_fail_params``), on a
+parameters (its ``claim_statement``, ``heartbeat_params`` and the nack's
+``nack_lock_params`` and ``nack_fail_params``), except that a claim of one id
+and an ack take the forms of one task whose plans Postgres keeps
+(``claim_statement(plan_kept=True)``, ``ACK_ONE`` with ``ack_one_params``:
+the loop's connections never choose a sequential scan, so a kept plan cannot
+read the whole table), on a
 connection of the event loop's pool (``taskforge.infra.postgres.aio``): in
 autocommit, or for a nack in one transaction as on the threads (the lock,
 the decision, ``FAIL``), so a move is durable when it returns; then the
@@ -30,7 +34,7 @@ from queues.dispatch import announce
 from queues.lifecycle.lease import (
     AckItem,
     NackItem,
-    ack_params,
+    ack_one_params,
     claim_statement,
     heartbeat_params,
     nack_fail_params,
@@ -39,7 +43,7 @@ from queues.lifecycle.lease import (
 from queues.lifecycle.notify import awaited_settled
 from queues.lifecycle.read_statements import QUEUE_NAMES
 from queues.lifecycle.rows import Row, fetch_rows_on, fetch_rows_on_loop, transaction_on_loop
-from queues.lifecycle.statements import ACK, FAIL, HEARTBEAT, LOCK_HELD_FOR_NACK
+from queues.lifecycle.statements import ACK_ONE, FAIL, HEARTBEAT, LOCK_HELD_FOR_NACK
 from queues.models import Queue, Status
 from queues.telemetry import observe
 from taskforge.infra.after_answer import after_answer
@@ -79,7 +83,7 @@ async def ack_on_loop(
     task_id: uuid.UUID, *, worker_id: str, lease_token: str | None, result: dict[str, Any] | None
 ) -> Row | None:
     """:func:`lease.ack`; None when nothing moved (a lost lease, or a repeat: the thread path tells them apart)."""
-    moved = await fetch_rows_on_loop(ACK, ack_params(worker_id, [AckItem(task_id, lease_token, result)]))
+    moved = await fetch_rows_on_loop(ACK_ONE, ack_one_params(worker_id, AckItem(task_id, lease_token, result)))
     if not moved:
         return None
     settled = awaited_settled(moved)

@@ -11,10 +11,8 @@ plan a prepared statement settles on.
 
 from __future__ import annotations
 
-import re
 import uuid
 
-import psycopg
 import pytest
 from django.conf import settings
 from django.db import connection, transaction
@@ -24,7 +22,7 @@ from queues.lifecycle import claim_statements
 from queues.lifecycle.rows import fetch_rows
 from taskforge.infra.postgres import aio
 from tests.factories import QueueFactory
-from tests.integration.queues.loop import run
+from tests.integration.queues.loop import kept_plan, run
 
 pytestmark = pytest.mark.django_db(transaction=True)  # the tasks are committed, never analysed
 
@@ -242,23 +240,11 @@ def test_a_loop_claim_of_one_id_keeps_its_plan_and_the_plan_never_reads_the_whol
             backlog = [row[0] for row in await (await conn.execute(_PENDING_TASKS, [queue.id, BACKLOG])).fetchall()]
         (row,) = await lifecycle.claim_on_loop("w", queue, 1, task_ids=[backlog[-1]], scan=scan)
         assert row["id"] == backlog[-1]
-        order = list(dict.fromkeys(re.findall(r"%\((\w+)\)s", sql)))  # psycopg's $1, $2, ... in this order
-        sent = re.sub(r"%\((\w+)\)s", lambda found: f"${order.index(found[1]) + 1}", sql)
-        async with pool.connection() as conn:
-            kept = await conn.execute(
-                "SELECT name, generic_plans FROM pg_prepared_statements WHERE statement = %s", [sent]
-            )
-            name, generic = await kept.fetchone()
-            # The kept plan, as the next claim of one id would run it.
-            _, params = lifecycle.lease.claim_statement(
-                "w", [queue.id], 1, backlog[:1], [queue.id] if scan else (), plan_kept=True
-            )
-            arguments = psycopg.sql.SQL(", ").join(psycopg.sql.Literal(params[key]) for key in order)
-            explained = await conn.execute(
-                psycopg.sql.SQL("EXPLAIN (COSTS OFF) EXECUTE {}({})").format(psycopg.sql.Identifier(name), arguments)
-            )
-            plan = "\n".join(line for (line,) in await explained.fetchall())
-        return generic, plan
+        # The kept plan, as the next claim of one id would run it.
+        _, params = lifecycle.lease.claim_statement(
+            "w", [queue.id], 1, backlog[:1], [queue.id] if scan else (), plan_kept=True
+        )
+        return await kept_plan(sql, params)
 
     generic, plan = run(scenario)
     assert generic >= 1  # the plan was kept, not made again on each run

@@ -62,6 +62,7 @@ PARAMS = {
     "progress": Jsonb({"done": 3, "of": 10}),
     "tokens": ["t" * 32],
     "results": [Jsonb({"ok": True})],
+    "result": Jsonb({"ok": True}),
     # failures
     "outcomes": ["retry"],
     "delays_ms": [1000],

@@ -26,13 +26,15 @@ from queues import lifecycle
 from queues.apikeys import create_key
 from queues.dispatch import claiming, doorbell, lanes, outage
 from queues.errors import LeaseLost
+from queues.lifecycle import statements
 from queues.models import Queue, Task
 from queues.telemetry import counters, observe
 from taskforge.http.lean import LeanCall
 from taskforge.infra import change_watch
+from taskforge.infra.postgres import aio
 from taskforge.infra.redis import redis_client
 from tests.factories import QueueFactory
-from tests.integration.queues.loop import run
+from tests.integration.queues.loop import kept_plan, run
 from workers import controls, hot, registry
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -590,3 +592,45 @@ def test_batch_acks_and_nacks_are_served_by_the_edge_on_the_thread_pool(monkeypa
     assert edge.in_threads[before:] == ["worker-ack-batch", "worker-nack-batch"]
     assert Task.objects.get(id=leases[0]["task_id"]).status == "done"
     assert {Task.objects.get(id=lease["task_id"]).status for lease in leases[1:]} == {"retry"}
+
+
+def test_an_ack_keeps_its_plan_and_the_plan_never_reads_the_whole_table(settings):
+    # As a claim of one id (test_claim_plans.py): the ack of one task is a statement whose plan
+    # Postgres keeps, made here while tf_task is nearly empty, then used once thousands of tasks
+    # held by other workers have arrived. It still finds its row by the primary key.
+    settings.DB_LOOP_POOL_SIZE = 1  # one connection: every ack below runs on it
+    queue = QueueFactory(name="kept-ack")
+    with db.connection.cursor() as cursor:
+        cursor.execute("VACUUM ANALYZE tf_task")
+    _enqueue(queue, 9)
+    held = lifecycle.claim("w-kept", [queue.id], 9)
+
+    async def scenario() -> tuple[int, str]:
+        for row in held[:8]:  # prepared on its first run; from the sixth on, Postgres keeps one plan
+            acked = await lifecycle.ack_on_loop(
+                row["id"], worker_id="w-kept", lease_token=row["lease_token"], result={"n": 1}
+            )
+            assert acked is not None and acked["status"] == "done"
+        pool = await aio.pool()
+        async with pool.connection() as conn:
+            await conn.execute(
+                """
+                INSERT INTO tf_task (id, queue_id, payload, status, priority, scheduled_at, created_at, updated_at,
+                                     status_changed_at, attempts, max_retries, claimed_by, claimed_at, lease_token,
+                                     lease_expires_at)
+                SELECT gen_random_uuid(), %s, '{}'::jsonb, 'claimed', 5, now(), now(), now(), now(), 1, 3,
+                       'w-other-' || (g %% 50), now(), 't', now() + interval '1 hour'
+                FROM generate_series(1, 5000) g
+                """,
+                [queue.id],
+            )
+        last = held[8]
+        item = lifecycle.lease.AckItem(last["id"], last["lease_token"], None)
+        kept = await kept_plan(statements.ACK_ONE, lifecycle.lease.ack_one_params("w-kept", item))
+        assert await lifecycle.ack_on_loop(last["id"], worker_id="w-kept", lease_token=last["lease_token"], result=None)
+        return kept
+
+    generic, plan = run(scenario)
+    assert generic >= 1  # the plan was kept, not made again on each run
+    held_part = plan.split("CTE moved")[0]
+    assert "Seq Scan on tf_task" not in plan and "tf_task_pkey" in held_part, plan
