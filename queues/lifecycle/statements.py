@@ -1,7 +1,7 @@
 """Every SQL statement of the lifecycle, each variant named and built once at import.
 
 Callers name the statement they run; nothing is patched into SQL when it
-runs, and the claim (the hot path) only picks one of six ready strings
+runs, and the claim (the hot path) only picks one of eight ready strings
 (``queues.lifecycle.claim_statements``).
 Benchmarks, plan tests and ``tests/integration/queues/test_statements.py``
 (which EXPLAINs every entry of ``ALL`` against the real schema) import these
