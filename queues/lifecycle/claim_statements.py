@@ -86,7 +86,7 @@ _BY_IDS = """unnest(%(task_ids)s::uuid[]) AS wanted(id)
 # So these run only on the event loop's connections, which never choose a
 # sequential scan (taskforge.infra.postgres.aio); the thread path keeps the variants
 # above, planned on every run.
-_BY_ONE_ID = "(SELECT * FROM tf_task x WHERE x.id = %(task_id)s OFFSET 0) t"
+_BY_ONE_ID = columns.ONE_TASK_BY_ID
 # One queue is compared with "=": the ordered scan of tf_task_ready then stops at
 # the LIMIT. "= ANY" (several queues) reads every due row of them and sorts.
 _ONE_QUEUE = "t.queue_id = %(queue_id)s"

@@ -141,15 +141,15 @@ ACK = _ACK.format(
 )
 
 # One item, as plain parameters: Postgres keeps one plan of it per connection, where the
-# batch form is planned afresh on most runs (0.27-0.29 ms of Postgres CPU per ack against
-# 0.62-0.69, 2,000 acks in a row). Its task is fenced as a claim's proposed id is: a kept
+# batch form is planned afresh on most runs (0.25 ms of Postgres CPU per ack against
+# 0.54-0.56, 2,000 acks in a row). Its task is fenced as a claim's proposed id is: a kept
 # plan otherwise read every task the worker holds (tf_task_held_by) to find the one. Run on
 # the event loop's connections only, whose kept plans cannot read the whole table
 # (queues.lifecycle.claim_statements, _BY_ONE_ID).
 ACK_ONE = _ACK.format(
     items="""i2 AS (SELECT %(task_id)s::uuid AS id, %(lease_token)s::text AS lease_token,
                   %(result)s::jsonb AS result, %(worker_id)s::text AS worker_id)""",
-    tasks="(SELECT * FROM tf_task x WHERE x.id = %(task_id)s OFFSET 0) t CROSS JOIN i2 i",
+    tasks=f"{columns.ONE_TASK_BY_ID} CROSS JOIN i2 i",
 )
 
 

@@ -56,10 +56,11 @@ def _new_pool() -> AsyncConnectionPool:
     params.pop("cursor_factory", None)  # Django's is a synchronous cursor class
     params["autocommit"] = True
     if params.get("prepare_threshold") is not None:
-        # Postgres may keep the plans of statements prepared here, and the claim of one id is
-        # written so that it does (queues.lifecycle.claim_statements). Every statement this pool
-        # runs finds its rows through an index; a plan kept from when tf_task was nearly empty,
-        # where reading the whole table is cheapest, would go on reading it once it has grown.
+        # Postgres may keep the plans of statements prepared here, and the claim and the ack
+        # of one task are written so that it does (queues.lifecycle.columns.ONE_TASK_BY_ID).
+        # Every statement this pool runs finds its rows through an index; a plan kept from
+        # when tf_task was nearly empty, where reading the whole table is cheapest, would go
+        # on reading it once it has grown.
         # (Behind PgBouncer nothing is prepared: every plan is made for the table as it is.)
         params["options"] = f"{params.get('options', '')} -c enable_seqscan=off".strip()
     return AsyncConnectionPool(
