@@ -259,6 +259,31 @@ def nack_fail_params(worker_id: str, items: Sequence[NackItem], locked: list[Row
     return {**_failure_params(locked, wants), "event_worker": worker_id, "event_kind": "transition"}
 
 
+def nack_read_one_params(worker_id: str, item: NackItem) -> dict[str, Any]:
+    """``READ_HELD_FOR_NACK_ONE``'s parameters (the event loop's nack of one task)."""
+    return {"task_id": item.task_id, "lease_token": item.lease_token, "worker_id": worker_id}
+
+
+def nack_fail_one_params(worker_id: str, item: NackItem, read: Row) -> dict[str, Any]:
+    """``FAIL_ONE_IF_UNCHANGED``'s parameters: the decision ``nack_fail_params`` makes for ``read``
+    (``READ_HELD_FOR_NACK_ONE``'s row), with the lease and the values it was made from."""
+    decided = nack_fail_params(worker_id, [item], [read])
+    return {
+        "task_id": item.task_id,
+        "outcome": decided["outcomes"][0],
+        "delay_ms": decided["delays_ms"][0],
+        "error": decided["errors"][0],
+        "release": decided["released"][0],
+        "worker_id": worker_id,
+        "lease_token": item.lease_token,
+        "attempts": read["attempts"],
+        "max_retries": read["max_retries"],
+        "cancel_requested": read["cancel_requested"],
+        "event_worker": decided["event_worker"],
+        "event_kind": decided["event_kind"],
+    }
+
+
 def nack(
     task_id: uuid.UUID,
     *,

@@ -1,20 +1,18 @@
 """A worker's single moves on the event loop: a claim from one queue, a heartbeat, an ack, a nack.
 
 The same statements as :mod:`queues.lifecycle.lease` with the same
-parameters (its ``claim_statement``, ``heartbeat_params`` and the nack's
-``nack_lock_params`` and ``nack_fail_params``), except that a claim of one id
-and an ack take the forms of one task whose plans Postgres keeps
-(``claim_statement(plan_kept=True)``, ``ACK_ONE`` with ``ack_one_params``:
-the loop's connections never choose a sequential scan, so a kept plan cannot
-read the whole table), on a
-connection of the event loop's pool (``taskforge.infra.postgres.aio``): in
-autocommit, or for a nack in one transaction as on the threads (the lock,
-the decision, ``FAIL``), so a move is durable when it returns; then the
-same reports (settled bells, transition line, counters) and failpoints, in
-the same order, the bells and the line once the request has its answer
-(``taskforge.infra.after_answer``). A thread hand-off, Django's request
-signals and its connection wrapper cost each of these calls about as much
-as its statement.
+parameters and decisions (its ``claim_statement``, ``heartbeat_params`` and
+``nack_fail_params``), except that a claim of one id, an ack and a nack take
+forms of one task whose plans Postgres keeps (``claim_statement(plan_kept=True)``,
+``ACK_ONE`` with ``ack_one_params``, ``READ_HELD_FOR_NACK_ONE`` and
+``FAIL_ONE_IF_UNCHANGED``: the loop's connections never choose a sequential
+scan, so a kept plan cannot read the whole table), on a connection of the
+event loop's pool (``taskforge.infra.postgres.aio``), in autocommit, so a
+move is durable when it returns; then the same reports (settled bells,
+transition line, counters) and failpoints, in the same order, the bells and
+the line once the request has its answer (``taskforge.infra.after_answer``).
+A thread hand-off, Django's request signals and its connection wrapper cost
+each of these calls about as much as its statement.
 
 What the thread path reads after a heartbeat, ack or nack that moved nothing
 (does the task exist; does the ack repeat one that succeeded) is not
@@ -37,13 +35,13 @@ from queues.lifecycle.lease import (
     ack_one_params,
     claim_statement,
     heartbeat_params,
-    nack_fail_params,
-    nack_lock_params,
+    nack_fail_one_params,
+    nack_read_one_params,
 )
 from queues.lifecycle.notify import awaited_settled
 from queues.lifecycle.read_statements import QUEUE_NAMES
-from queues.lifecycle.rows import Row, fetch_rows_on, fetch_rows_on_loop, transaction_on_loop
-from queues.lifecycle.statements import ACK_ONE, FAIL, HEARTBEAT, LOCK_HELD_FOR_NACK
+from queues.lifecycle.rows import Row, fetch_rows_on_loop
+from queues.lifecycle.statements import ACK_ONE, FAIL_ONE_IF_UNCHANGED, HEARTBEAT, READ_HELD_FOR_NACK_ONE
 from queues.models import Queue, Status
 from queues.telemetry import observe
 from taskforge.infra.after_answer import after_answer
@@ -96,17 +94,25 @@ async def ack_on_loop(
 
 
 async def nack_on_loop(item: NackItem, *, worker_id: str) -> Row | None:
-    """:func:`lease.nack`; None when the lease is not held (the thread path says why).
+    """:func:`lease.nack`; None when the lease is not held, or no longer holds what the decision read.
 
-    The same transaction as the thread path's: the held task locked, its
-    outcome decided (``decide.failed_attempt_outcome``: retry after a backoff,
-    or dead), then ``FAIL``; committed before the reports.
+    Two statements in autocommit where the thread path's transaction takes
+    four round trips (``BEGIN``, the lock, ``FAIL``, ``COMMIT``): the held
+    task read without a lock (``READ_HELD_FOR_NACK_ONE``), its outcome decided
+    as there (``nack_fail_one_params``: ``decide.failed_attempt_outcome``, retry
+    after a backoff, dead or cancelled), then ``FAIL_ONE_IF_UNCHANGED``, which
+    locks the task and applies the outcome only if the lease is still held and
+    the attempts, retry limit and cancel request it was decided from still
+    stand. A cancel requested or a lease lost in between makes it move nothing:
+    None, and the caller runs the nack again on the thread path, which decides
+    under its lock (or says why the lease is not held).
     """
-    async with transaction_on_loop() as conn:
-        locked = await fetch_rows_on(conn, LOCK_HELD_FOR_NACK, nack_lock_params(worker_id, [item]))
-        if not locked:
-            return None
-        moved = await fetch_rows_on(conn, FAIL, nack_fail_params(worker_id, [item], locked))
+    read = await fetch_rows_on_loop(READ_HELD_FOR_NACK_ONE, nack_read_one_params(worker_id, item))
+    if not read:
+        return None
+    moved = await fetch_rows_on_loop(FAIL_ONE_IF_UNCHANGED, nack_fail_one_params(worker_id, item, read[0]))
+    if not moved:
+        return None
     settled = awaited_settled(moved)
     if settled:  # a dead task: producers waiting on the result hear first (as report_on_commit)
         await after_answer(lambda: announce.settled_on_loop(settled))

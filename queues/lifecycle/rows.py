@@ -7,8 +7,8 @@ returns task rows (column name -> value), which the API renders directly.
 from __future__ import annotations
 
 import functools
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import orjson
@@ -79,26 +79,6 @@ async def fetch_rows_on_loop(sql: str, params: Mapping[str, Any]) -> list[Row]:
         async with pool.connection() as conn:
             try:
                 return await fetch_rows_on(conn, sql, params)
-            except Exception as exc:
-                lost = connection_lost(exc, conn)  # judged before the connection goes back
-                if lost is exc:
-                    raise
-                raise lost from exc
-
-
-@asynccontextmanager
-async def transaction_on_loop() -> AsyncIterator[psycopg.AsyncConnection[Any]]:
-    """A transaction on a connection checked out of the event loop's pool, for :func:`fetch_rows_on`.
-
-    Committed when the block ends (durable then), rolled back when it raises;
-    errors as :func:`fetch_rows_on_loop`'s.
-    """
-    pool = await aio.pool()
-    with connection.wrap_database_errors:
-        async with pool.connection() as conn:
-            try:
-                async with conn.transaction():
-                    yield conn
             except Exception as exc:
                 lost = connection_lost(exc, conn)  # judged before the connection goes back
                 if lost is exc:

@@ -156,19 +156,37 @@ ACK_ONE = _ACK.format(
 # --- failures: nack and lease expiry ----------------------------------------------------------
 # A failure is two statements in one transaction: lock the rows with what the
 # retry-or-dead decision needs, decide in Python (queues.lifecycle.decide, where
-# the jittered backoff is computed), then FAIL applies the outcomes.
+# the jittered backoff is computed), then FAIL applies the outcomes. The event
+# loop's nack of one task reads without the lock and applies only what its read
+# still holds for (READ_HELD_FOR_NACK_ONE, FAIL_ONE_IF_UNCHANGED): two statements
+# in autocommit instead of a transaction's four round trips.
 
-# Lock the nacked rows that are still held, with their attempts and the queue's backoff settings.
-LOCK_HELD_FOR_NACK = f"""
-WITH i AS (
-    SELECT * FROM unnest(%(ids)s::uuid[], %(tokens)s::text[]) AS i(id, lease_token)
-), i2 AS (SELECT i.*, %(worker_id)s::text AS worker_id FROM i)
+# The nacked rows that are still held, with what the decision needs: their attempts, cancel
+# request and the queue's backoff settings.
+_HELD_FOR_NACK = f"""
+WITH {{items}}
 SELECT t.id, t.attempts, t.max_retries, q.retry_base_ms, q.retry_max_delay_ms, t.cancel_requested
-FROM tf_task t JOIN i2 i ON t.id = i.id JOIN tf_queue q ON q.id = t.queue_id
-WHERE {_HELD}
-ORDER BY t.id
-FOR UPDATE OF t
+FROM {{tasks}} JOIN tf_queue q ON q.id = t.queue_id
+WHERE {_HELD}{{lock}}
 """
+
+# A batch of items, as arrays, locked (in id order) for the transaction's FAIL.
+LOCK_HELD_FOR_NACK = _HELD_FOR_NACK.format(
+    items="""i AS (
+    SELECT * FROM unnest(%(ids)s::uuid[], %(tokens)s::text[]) AS i(id, lease_token)
+), i2 AS (SELECT i.*, %(worker_id)s::text AS worker_id FROM i)""",
+    tasks="tf_task t JOIN i2 i ON t.id = i.id",
+    lock="ORDER BY t.id\nFOR UPDATE OF t",
+)
+
+# One item, as plain parameters (a plan Postgres keeps, its task fenced as ACK_ONE's), not
+# locked: FAIL_ONE_IF_UNCHANGED checks that what this read still stands when it applies.
+READ_HELD_FOR_NACK_ONE = _HELD_FOR_NACK.format(
+    items="""i AS (SELECT %(task_id)s::uuid AS id, %(lease_token)s::text AS lease_token,
+                  %(worker_id)s::text AS worker_id)""",
+    tasks=f"{columns.ONE_TASK_BY_ID} CROSS JOIN i",
+    lock="",
+)
 
 # Lock one batch of leases that ran out, oldest first; SKIP LOCKED lets several watchdogs share the work.
 LOCK_EXPIRED = f"""
@@ -187,17 +205,12 @@ SELECT id, claimed_by FROM tf_task WHERE id = ANY(%(task_ids)s)
 """
 
 # Apply the decided outcome (retry with its delay, dead with a DLQ entry, or cancelled
-# when a cancel was requested) to rows this transaction has locked. The status guard
-# is repeated so the statement is safe on its own.
-FAIL = f"""
-WITH d AS (
-    SELECT * FROM unnest(%(ids)s::uuid[], %(outcomes)s::text[], %(delays_ms)s::bigint[],
-                         %(errors)s::text[], %(released)s::boolean[])
-        AS d(id, outcome, delay_ms, error, released)
-), old AS (
+# when a cancel was requested) to the rows ``old`` finds, each decision a row of ``d``.
+_FAIL = f"""
+WITH {{decisions}}, old AS (
     SELECT t.id, t.status AS from_status, t.status_changed_at AS from_changed_at
-    FROM tf_task t JOIN d ON d.id = t.id
-    WHERE t.status IN ('claimed', 'executing')
+    FROM {{tasks}}
+    WHERE {{guard}}
 ), moved AS (
     -- A released task (handed back unstarted) gets its attempt back and keeps its last real error.
     UPDATE tf_task t
@@ -223,6 +236,38 @@ WITH d AS (
 )
 {_RECORD_EVENTS}
 """
+
+# Decisions as arrays, for rows this transaction has locked (LOCK_HELD_FOR_NACK, LOCK_EXPIRED).
+# The status guard is repeated so the statement is safe on its own.
+FAIL = _FAIL.format(
+    decisions="""d AS (
+    SELECT * FROM unnest(%(ids)s::uuid[], %(outcomes)s::text[], %(delays_ms)s::bigint[],
+                         %(errors)s::text[], %(released)s::boolean[])
+        AS d(id, outcome, delay_ms, error, released)
+)""",
+    tasks="tf_task t JOIN d ON d.id = t.id",
+    guard="t.status IN ('claimed', 'executing')",
+)
+
+# One decision made from READ_HELD_FOR_NACK_ONE's unlocked read, applied in autocommit only
+# if the lease is still held and what the decision read still stands (attempts, the retry
+# limit, the cancel request): ``old`` locks the row, and a row another move changed in the
+# meantime is checked again in its new version (READ COMMITTED's recheck of a locked row), so
+# a cancel requested or a lease lost after the read makes the statement move nothing. The
+# caller then runs the nack again on the thread path, which decides under its lock.
+FAIL_ONE_IF_UNCHANGED = _FAIL.format(
+    decisions="""d AS (
+    SELECT %(task_id)s::uuid AS id, %(outcome)s::text AS outcome, %(delay_ms)s::bigint AS delay_ms,
+           %(error)s::text AS error, %(release)s::boolean AS released, %(worker_id)s::text AS worker_id,
+           %(lease_token)s::text AS lease_token, %(attempts)s::int AS attempts,
+           %(max_retries)s::int AS max_retries, %(cancel_requested)s::boolean AS cancel_requested
+)""",
+    tasks=f"{columns.ONE_TASK_BY_ID} CROSS JOIN d i",
+    guard=f"""{_HELD.strip()}
+        AND t.attempts = i.attempts AND t.max_retries = i.max_retries
+        AND t.cancel_requested = i.cancel_requested
+    FOR UPDATE OF t""",
+)
 
 
 # --- scheduler and operators: retry -> pending --------------------------------------------------

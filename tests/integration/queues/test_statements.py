@@ -69,6 +69,13 @@ PARAMS = {
     "errors": ["boom"],
     "released": [False],
     "event_worker": "worker-1",
+    "outcome": "retry",
+    "delay_ms": 1000,
+    "error": "boom",
+    "release": False,
+    "attempts": 1,
+    "max_retries": 3,
+    "cancel_requested": False,
     # operators and loops
     "horizon": 0.5,
     "detail": "replayed",

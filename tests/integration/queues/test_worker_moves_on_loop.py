@@ -26,7 +26,7 @@ from queues import lifecycle
 from queues.apikeys import create_key
 from queues.dispatch import claiming, doorbell, lanes, outage
 from queues.errors import LeaseLost
-from queues.lifecycle import statements
+from queues.lifecycle import lease_on_loop, statements
 from queues.models import Queue, Task
 from queues.telemetry import counters, observe
 from taskforge.http.lean import LeanCall
@@ -388,6 +388,156 @@ def test_moves_on_a_lease_not_held_change_nothing_and_are_left_to_the_thread_pat
     assert run(lambda: lifecycle.ack_on_loop(claimed["id"], **held, result=None)) is not None
     assert run(lambda: lifecycle.ack_on_loop(claimed["id"], **held, result=None)) is None  # a repeat moves nothing
     assert lifecycle.ack(claimed["id"], **held)["status"] == "done"  # which the thread path answers as before
+
+
+# --- a nack decided from an unlocked read (lease_on_loop.nack_on_loop) ---------------------------
+
+
+def _between_read_and_apply(monkeypatch, change: Callable[[], None]) -> None:
+    """Make ``change`` (another connection's committed move) land after the nack's read, before its FAIL."""
+    decide = lease_on_loop.nack_fail_one_params
+
+    def decided_then_changed(*args: Any) -> dict[str, Any]:
+        params = decide(*args)
+        # On a thread of its own: its own connection, committed before the loop goes on.
+        worker = threading.Thread(target=lambda: (change(), db.connection.close()))
+        worker.start()
+        worker.join()
+        return params
+
+    monkeypatch.setattr(lease_on_loop, "nack_fail_one_params", decided_then_changed)
+
+
+def test_a_cancel_requested_after_the_nacks_read_is_not_overwritten_by_its_retry(monkeypatch):
+    queue, claimed = _claimed_one("loop-nack-cancel")
+    _between_read_and_apply(monkeypatch, lambda: lifecycle.cancel_or_request(queue, claimed["id"]))
+    item = lifecycle.NackItem(claimed["id"], "boom", lease_token=claimed["lease_token"])
+
+    assert run(lambda: lifecycle.nack_on_loop(item, worker_id="w-loop")) is None  # decided "retry": stale
+
+    stored = Task.objects.get(id=claimed["id"])
+    assert (stored.status, stored.cancel_requested, stored.attempts) == ("claimed", True, 1)
+    # The thread path, which the edge runs next, decides again under its lock.
+    assert lifecycle.nack_item(item, worker_id="w-loop")["status"] == "cancelled"
+
+
+def test_a_lease_lost_after_the_nacks_read_is_left_to_the_thread_path(monkeypatch):
+    _, claimed = _claimed_one("loop-nack-expired")
+
+    def expire() -> None:
+        Task.objects.filter(id=claimed["id"]).update(lease_expires_at=timezone.now() - timezone.timedelta(seconds=1))
+        assert lifecycle.expire_leases() == 1
+
+    _between_read_and_apply(monkeypatch, expire)
+    item = lifecycle.NackItem(claimed["id"], "boom", lease_token=claimed["lease_token"])
+
+    assert run(lambda: lifecycle.nack_on_loop(item, worker_id="w-loop")) is None
+
+    stored = Task.objects.get(id=claimed["id"])
+    assert stored.status == "retry" and stored.last_error != "boom"  # the watchdog's failure, not the nack's
+    with pytest.raises(LeaseLost):
+        lifecycle.nack_item(item, worker_id="w-loop")
+
+
+def test_nacks_on_the_loop_racing_cancel_requests_leave_every_task_cancelled():
+    """Real concurrency: nacks on the loop's pool against cancel requests on threads, task by task.
+
+    Whichever comes first, a task whose cancel was requested ends cancelled:
+    a nack applied first leaves a retry, which the cancel then cancels at
+    once; a cancel requested first turns the nack's decision into a cancel.
+    No task may be left retrying (or dead) with its cancel requested.
+    """
+    queue = QueueFactory(name="loop-nack-race", max_retries=5)
+    _enqueue(queue, 60)
+    claimed = lifecycle.claim("w-loop", [queue.id], 60)
+    assert len(claimed) == 60
+    start = threading.Barrier(3)
+
+    def cancel_all(rows: list[lifecycle.Row]) -> None:
+        try:
+            start.wait()
+            for row in rows:
+                lifecycle.cancel_or_request(queue, row["id"])
+        finally:
+            db.connection.close()
+
+    async def nack_all() -> list[lifecycle.Row | None]:
+        await asyncio.to_thread(start.wait)
+
+        async def nack(row: lifecycle.Row) -> lifecycle.Row | None:
+            item = lifecycle.NackItem(row["id"], "boom", lease_token=row["lease_token"])
+            moved = await lifecycle.nack_on_loop(item, worker_id="w-loop")
+            if moved is None:  # as the edge does: the thread path decides again, or says the lease is gone
+                moved = await asyncio.to_thread(_nack_on_a_thread, item)
+            return moved
+
+        return list(await asyncio.gather(*(nack(row) for row in claimed)))
+
+    cancellers = [threading.Thread(target=cancel_all, args=(claimed[part::2],)) for part in range(2)]
+    for thread in cancellers:
+        thread.start()
+    nacked = run(nack_all)
+    for thread in cancellers:
+        thread.join()
+
+    assert all(row is not None for row in nacked)
+    final = Counter(Task.objects.filter(queue=queue).values_list("status", "cancel_requested"))
+    assert set(final) <= {("cancelled", True), ("cancelled", False)}, final
+    assert sum(final.values()) == 60
+
+
+def _nack_on_a_thread(item: lifecycle.NackItem) -> lifecycle.Row | None:
+    try:
+        return lifecycle.nack_item(item, worker_id="w-loop")
+    except LeaseLost:
+        return None
+    finally:
+        db.connection.close()
+
+
+def test_a_nacks_two_statements_keep_their_plans_and_never_read_the_whole_table(settings):
+    # As the ack's: made while tf_task is nearly empty, used once thousands of held tasks arrived.
+    settings.DB_LOOP_POOL_SIZE = 1
+    queue = QueueFactory(name="kept-nack", max_retries=5)
+    with db.connection.cursor() as cursor:
+        cursor.execute("VACUUM ANALYZE tf_task")
+    _enqueue(queue, 9)
+    held = lifecycle.claim("w-kept", [queue.id], 9)
+
+    async def scenario() -> list[tuple[int, str]]:
+        for row in held[:8]:
+            item = lifecycle.NackItem(row["id"], "boom", lease_token=row["lease_token"])
+            nacked = await lifecycle.nack_on_loop(item, worker_id="w-kept")
+            assert nacked is not None and nacked["status"] == "retry"
+        pool = await aio.pool()
+        async with pool.connection() as conn:
+            await conn.execute(
+                """
+                INSERT INTO tf_task (id, queue_id, payload, status, priority, scheduled_at, created_at, updated_at,
+                                     status_changed_at, attempts, max_retries, claimed_by, claimed_at, lease_token,
+                                     lease_expires_at)
+                SELECT gen_random_uuid(), %s, '{}'::jsonb, 'claimed', 5, now(), now(), now(), now(), 1, 3,
+                       'w-other-' || (g %% 50), now(), 't', now() + interval '1 hour'
+                FROM generate_series(1, 5000) g
+                """,
+                [queue.id],
+            )
+        last = held[8]
+        item = lifecycle.NackItem(last["id"], "boom", lease_token=last["lease_token"])
+        read_params = lifecycle.lease.nack_read_one_params("w-kept", item)
+        plans = [await kept_plan(statements.READ_HELD_FOR_NACK_ONE, read_params)]
+        read = {"attempts": 1, "max_retries": 5, "cancel_requested": False, "retry_base_ms": 1000}
+        fail_params = lifecycle.lease.nack_fail_one_params(
+            "w-kept", item, {"id": last["id"], **read, "retry_max_delay_ms": 60_000}
+        )
+        plans.append(await kept_plan(statements.FAIL_ONE_IF_UNCHANGED, fail_params))
+        assert await lifecycle.nack_on_loop(item, worker_id="w-kept")
+        return plans
+
+    for generic, plan in run(scenario):
+        assert generic >= 1  # the plan was kept, not made again on each run
+        found = plan.split("CTE moved")[0]
+        assert "Seq Scan on tf_task" not in plan and "tf_task_pkey" in found, plan
 
 
 # --- the lean edge's routing (workers.hot) ----------------------------------------------------
