@@ -495,6 +495,23 @@ def _nack_on_a_thread(item: lifecycle.NackItem) -> lifecycle.Row | None:
         db.connection.close()
 
 
+async def _held_by_other_workers(queue: Queue, count: int) -> None:
+    """``count`` tasks of ``queue`` claimed by fifty other workers, written in one statement on the loop's pool."""
+    pool = await aio.pool()
+    async with pool.connection() as conn:
+        await conn.execute(
+            """
+            INSERT INTO tf_task (id, queue_id, payload, status, priority, scheduled_at, created_at, updated_at,
+                                 status_changed_at, attempts, max_retries, claimed_by, claimed_at, lease_token,
+                                 lease_expires_at)
+            SELECT gen_random_uuid(), %s, '{}'::jsonb, 'claimed', 5, now(), now(), now(), now(), 1, 3,
+                   'w-other-' || (g %% 50), now(), 't', now() + interval '1 hour'
+            FROM generate_series(1, %s) g
+            """,
+            [queue.id, count],
+        )
+
+
 def test_a_nacks_two_statements_keep_their_plans_and_never_read_the_whole_table(settings):
     # As the ack's: made while tf_task is nearly empty, used once thousands of held tasks arrived.
     settings.DB_LOOP_POOL_SIZE = 1
@@ -509,19 +526,7 @@ def test_a_nacks_two_statements_keep_their_plans_and_never_read_the_whole_table(
             item = lifecycle.NackItem(row["id"], "boom", lease_token=row["lease_token"])
             nacked = await lifecycle.nack_on_loop(item, worker_id="w-kept")
             assert nacked is not None and nacked["status"] == "retry"
-        pool = await aio.pool()
-        async with pool.connection() as conn:
-            await conn.execute(
-                """
-                INSERT INTO tf_task (id, queue_id, payload, status, priority, scheduled_at, created_at, updated_at,
-                                     status_changed_at, attempts, max_retries, claimed_by, claimed_at, lease_token,
-                                     lease_expires_at)
-                SELECT gen_random_uuid(), %s, '{}'::jsonb, 'claimed', 5, now(), now(), now(), now(), 1, 3,
-                       'w-other-' || (g %% 50), now(), 't', now() + interval '1 hour'
-                FROM generate_series(1, 5000) g
-                """,
-                [queue.id],
-            )
+        await _held_by_other_workers(queue, 5000)
         last = held[8]
         item = lifecycle.NackItem(last["id"], "boom", lease_token=last["lease_token"])
         read_params = lifecycle.lease.nack_read_one_params("w-kept", item)
@@ -761,19 +766,7 @@ def test_an_ack_keeps_its_plan_and_the_plan_never_reads_the_whole_table(settings
                 row["id"], worker_id="w-kept", lease_token=row["lease_token"], result={"n": 1}
             )
             assert acked is not None and acked["status"] == "done"
-        pool = await aio.pool()
-        async with pool.connection() as conn:
-            await conn.execute(
-                """
-                INSERT INTO tf_task (id, queue_id, payload, status, priority, scheduled_at, created_at, updated_at,
-                                     status_changed_at, attempts, max_retries, claimed_by, claimed_at, lease_token,
-                                     lease_expires_at)
-                SELECT gen_random_uuid(), %s, '{}'::jsonb, 'claimed', 5, now(), now(), now(), now(), 1, 3,
-                       'w-other-' || (g %% 50), now(), 't', now() + interval '1 hour'
-                FROM generate_series(1, 5000) g
-                """,
-                [queue.id],
-            )
+        await _held_by_other_workers(queue, 5000)
         last = held[8]
         item = lifecycle.lease.AckItem(last["id"], last["lease_token"], None)
         kept = await kept_plan(statements.ACK_ONE, lifecycle.lease.ack_one_params("w-kept", item))
