@@ -14,7 +14,8 @@ TASK_COLUMNS = """
 # One task by its id, as a fenced subquery named ``t``: the only way in is the
 # primary key, whatever the planner guesses of the rest of the statement. A
 # statement of one task written with it keeps one plan per connection on the
-# event loop (queues.lifecycle.claim_statements, statements.ACK_ONE).
+# event loop (queues.lifecycle.claim_statements; statements.ACK_ONE, READ_HELD_FOR_NACK_ONE
+# and FAIL_ONE_IF_UNCHANGED).
 ONE_TASK_BY_ID = "(SELECT * FROM tf_task x WHERE x.id = %(task_id)s OFFSET 0) t"
 
 # Appended to a data-modifying CTE named ``moved`` (with ``from_status``,

@@ -56,8 +56,8 @@ def _new_pool() -> AsyncConnectionPool:
     params.pop("cursor_factory", None)  # Django's is a synchronous cursor class
     params["autocommit"] = True
     if params.get("prepare_threshold") is not None:
-        # Postgres may keep the plans of statements prepared here, and the claim and the ack
-        # of one task are written so that it does (queues.lifecycle.columns.ONE_TASK_BY_ID).
+        # Postgres may keep the plans of statements prepared here, and the claim, the ack and
+        # the nack of one task are written so that it does (queues.lifecycle.columns.ONE_TASK_BY_ID).
         # Every statement this pool runs finds its rows through an index; a plan kept from
         # when tf_task was nearly empty, where reading the whole table is cheapest, would go
         # on reading it once it has grown.

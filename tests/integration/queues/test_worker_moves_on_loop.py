@@ -15,6 +15,7 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
+from datetime import timedelta
 from typing import Any
 
 import orjson
@@ -425,7 +426,7 @@ def test_a_lease_lost_after_the_nacks_read_is_left_to_the_thread_path(monkeypatc
     _, claimed = _claimed_one("loop-nack-expired")
 
     def expire() -> None:
-        Task.objects.filter(id=claimed["id"]).update(lease_expires_at=timezone.now() - timezone.timedelta(seconds=1))
+        Task.objects.filter(id=claimed["id"]).update(lease_expires_at=timezone.now() - timedelta(seconds=1))
         assert lifecycle.expire_leases() == 1
 
     _between_read_and_apply(monkeypatch, expire)
